@@ -1,0 +1,153 @@
+"""Page tables of one step in CSR form, as every paged kernel reads them.
+
+Row r attends to the tokens of pages ``indices[indptr[r]:indptr[r+1]]``: all of
+each page but the first ``first_page_offset[r]`` tokens of its first page and
+everything past ``last_page_len[r]`` in its last page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Hashable, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+
+@dataclass(frozen=True)
+class HostCsr:
+    """NumPy mirror of a view, for planners and references (no device sync)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    last_page_len: np.ndarray
+    first_page_offset: np.ndarray
+    block_size: int
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.indptr) - 1
+
+    def pages(self, row: int) -> np.ndarray:
+        return self.indices[self.indptr[row] : self.indptr[row + 1]]
+
+    def num_pages(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def num_tokens(self) -> np.ndarray:
+        """Tokens each row attends to."""
+        pages = self.num_pages()
+        return np.where(
+            pages > 0,
+            (pages - 1) * self.block_size + self.last_page_len - self.first_page_offset,
+            0,
+        )
+
+
+class PageStructure:
+    """Identity of a view's page layout (indptr, indices, first_page_offset).
+
+    Views built from unchanged page tables share one instance, so work that
+    depends only on the layout (the cascade plan) can be memoized on it.
+    """
+
+    def __init__(self) -> None:
+        self.memo: dict[Hashable, object] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class PagedCsrView:
+    indptr: mx.array
+    indices: mx.array
+    last_page_len: mx.array
+    first_page_offset: mx.array
+    block_size: int
+    structure: PageStructure = field(default_factory=PageStructure, repr=False)
+    _host: HostCsr | None = field(default=None, repr=False)
+
+    @property
+    def num_rows(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @cached_property
+    def host(self) -> HostCsr:
+        if self._host is not None:
+            return self._host
+        return HostCsr(
+            np.array(self.indptr, dtype=np.int32),
+            np.array(self.indices, dtype=np.int32),
+            np.array(self.last_page_len, dtype=np.int32),
+            np.array(self.first_page_offset, dtype=np.int32),
+            self.block_size,
+        )
+
+    @classmethod
+    def from_host(cls, host: HostCsr, structure: PageStructure | None = None,
+                  device: tuple[mx.array, mx.array, mx.array] | None = None) -> "PagedCsrView":
+        """Build a view from NumPy arrays; ``device`` reuses already-uploaded
+        (indptr, indices, first_page_offset) arrays of an unchanged layout."""
+        if device is None:
+            device = (mx.array(host.indptr), mx.array(host.indices), mx.array(host.first_page_offset))
+        indptr, indices, first = device
+        return cls(indptr, indices, mx.array(host.last_page_len), first, host.block_size,
+                   structure or PageStructure(), host)
+
+
+def host_csr(
+    tables: Sequence[Sequence[int]],
+    num_tokens: Sequence[int],
+    block_size: int,
+    first_page_offset: Sequence[int] | None = None,
+) -> HostCsr:
+    """CSR arrays for rows given as block tables and token counts.
+
+    ``num_tokens[r]`` counts tokens from the start of the row's first page,
+    including the ``first_page_offset[r]`` skipped ones.
+    """
+    rows = len(tables)
+    offsets = np.zeros(rows, np.int32) if first_page_offset is None else np.asarray(first_page_offset, np.int32)
+    counts = np.asarray(num_tokens, np.int64)
+    if rows and (counts <= offsets).any():
+        raise ValueError("every row must attend to at least one token")
+    pages = (counts + block_size - 1) // block_size
+    lengths = np.fromiter((len(t) for t in tables), np.int64, rows)
+    if (lengths < pages).any():
+        raise ValueError("a block table holds fewer pages than its token count needs")
+    indptr = np.zeros(rows + 1, np.int32)
+    np.cumsum(pages, out=indptr[1:])
+    indices = np.fromiter(
+        (b for t, n in zip(tables, pages) for b in t[:n]), np.int32, int(indptr[-1])
+    )
+    last = (counts - (pages - 1) * block_size).astype(np.int32)
+    return HostCsr(indptr, indices, last, offsets, block_size)
+
+
+class CsrBuilder:
+    """Builds each step's view, re-uploading the page layout only when some
+    row's block table changed (the key says so); last_page_len is rebuilt
+    every step because it moves with every decoded token."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._key: Hashable = None
+        self._structure: PageStructure | None = None
+        self._device: tuple[mx.array, mx.array, mx.array] | None = None
+        self._host: HostCsr | None = None
+
+    def build(self, key: Hashable, tables: Sequence[Sequence[int]], num_tokens: Sequence[int],
+              first_page_offset: Sequence[int] | None = None) -> PagedCsrView:
+        if key != self._key or self._host is None:
+            host = host_csr(tables, num_tokens, self.block_size, first_page_offset)
+            self._key, self._host, self._structure, self._device = key, host, PageStructure(), None
+        else:
+            counts = np.asarray(num_tokens, np.int64)
+            pages = np.diff(self._host.indptr)
+            if ((counts + self.block_size - 1) // self.block_size != pages).any():
+                raise ValueError("token counts changed the page count under an unchanged key")
+            last = (counts - (pages - 1) * self.block_size).astype(np.int32)
+            host = HostCsr(self._host.indptr, self._host.indices, last,
+                           self._host.first_page_offset, self.block_size)
+        view = PagedCsrView.from_host(host, self._structure, self._device)
+        self._device = (view.indptr, view.indices, view.first_page_offset)
+        return view
