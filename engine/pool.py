@@ -1,0 +1,152 @@
+"""The paged KV pool: per-layer K/V block arrays and a refcounted block allocator.
+
+Every layer holds K and V as ``[num_blocks, block_size, Hkv, D]``; a sequence's
+KV cache is a list of block ids (its page table). A block id is live while
+some page table holds it; its refcount is the number of page tables that do.
+A block whose count drops to zero goes back to the free list, unless the
+prefix cache wants it kept: then it waits in an LRU of reusable blocks until
+either a returning prompt adopts it again or the allocator needs it back.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import mlx.core as mx
+
+DEFAULT_BLOCK_SIZE = 32
+POOL_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+class PoolExhausted(RuntimeError):
+    """More blocks were asked for than the pool can hand out."""
+
+    def __init__(self, requested: int, available: int) -> None:
+        super().__init__(f"KV pool exhausted: {requested} blocks requested, {available} available")
+        self.requested = requested
+        self.available = available
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int = DEFAULT_BLOCK_SIZE
+    dtype: mx.Dtype = mx.float32
+
+    @property
+    def bytes_per_block(self) -> int:
+        """K and V bytes of one block across all layers."""
+        elems = 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim
+        return elems * self.dtype.size
+
+    def blocks_for_bytes(self, budget: int) -> int:
+        return budget // self.bytes_per_block
+
+
+class BlockPool:
+    def __init__(self, geometry: PoolGeometry, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"a pool needs at least one block, got {num_blocks}")
+        self.geometry = geometry
+        self.num_blocks = num_blocks
+        self.block_size = geometry.block_size
+        shape = (num_blocks, geometry.block_size, geometry.num_kv_heads, geometry.head_dim)
+        self.keys = [mx.zeros(shape, geometry.dtype) for _ in range(geometry.num_layers)]
+        self.values = [mx.zeros(shape, geometry.dtype) for _ in range(geometry.num_layers)]
+        mx.eval(self.keys, self.values)
+        self.refcount = [0] * num_blocks
+        self.free: deque[int] = deque(range(num_blocks))
+        # Blocks at refcount 0 kept for the prefix cache, oldest release first.
+        self.reusable: OrderedDict[int, None] = OrderedDict()
+        # Set by the prefix cache: whether a released block is worth keeping,
+        # and what to forget when the allocator takes a kept block back.
+        self.keep_on_release: Callable[[int], bool] = lambda block: False
+        self.on_reclaim: Callable[[int], None] = lambda block: None
+
+    @classmethod
+    def from_bytes(cls, geometry: PoolGeometry, budget: int) -> "BlockPool":
+        return cls(geometry, geometry.blocks_for_bytes(budget))
+
+    # -- allocator -------------------------------------------------------
+
+    @property
+    def num_available(self) -> int:
+        """Blocks an allocation can get: free ones plus kept-but-unreferenced ones."""
+        return len(self.free) + len(self.reusable)
+
+    @property
+    def num_live(self) -> int:
+        return self.num_blocks - self.num_available
+
+    @property
+    def num_shared(self) -> int:
+        return sum(1 for c in self.refcount if c > 1)
+
+    def allocate(self, n: int) -> list[int]:
+        """n fresh blocks at refcount 1; raises PoolExhausted, changing nothing, if short."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} blocks")
+        if n > self.num_available:
+            raise PoolExhausted(n, self.num_available)
+        blocks = []
+        for _ in range(n):
+            if self.free:
+                block = self.free.popleft()
+            else:
+                block, _ = self.reusable.popitem(last=False)
+                self.on_reclaim(block)
+            self.refcount[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def incref(self, blocks: Iterable[int]) -> None:
+        for block in blocks:
+            if self.refcount[block] == 0:
+                if block not in self.reusable:
+                    raise ValueError(f"block {block} is free; it cannot be shared")
+                del self.reusable[block]
+            self.refcount[block] += 1
+
+    def decref(self, blocks: Iterable[int]) -> None:
+        for block in blocks:
+            if self.refcount[block] <= 0:
+                raise ValueError(f"block {block} released more often than it was held")
+            self.refcount[block] -= 1
+            if self.refcount[block] == 0:
+                if self.keep_on_release(block):
+                    self.reusable[block] = None
+                else:
+                    self.free.append(block)
+
+    def reclaim(self, n: int | None = None) -> int:
+        """Move up to n (default all) kept unreferenced blocks to the free list, oldest first."""
+        count = 0
+        while self.reusable and (n is None or count < n):
+            block, _ = self.reusable.popitem(last=False)
+            self.on_reclaim(block)
+            self.free.append(block)
+            count += 1
+        return count
+
+    # -- storage ---------------------------------------------------------
+
+    def slots(self, table: list[int], start: int, count: int) -> tuple[list[int], list[int]]:
+        """(block ids, in-block offsets) for token positions start..start+count-1."""
+        bs = self.block_size
+        positions = range(start, start + count)
+        return [table[p // bs] for p in positions], [p % bs for p in positions]
+
+    def write(self, layer: int, blocks: mx.array, offsets: mx.array, keys: mx.array, values: mx.array) -> None:
+        """Store new K/V ``[T, Hkv, D]`` at (block, offset) pairs; in place once evaluated."""
+        self.keys[layer][blocks, offsets] = keys.astype(self.geometry.dtype)
+        self.values[layer][blocks, offsets] = values.astype(self.geometry.dtype)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy one block's K/V in every layer (copy-on-write of a partial page)."""
+        for layer in range(self.geometry.num_layers):
+            self.keys[layer][dst] = self.keys[layer][src]
+            self.values[layer][dst] = self.values[layer][src]
