@@ -1,0 +1,80 @@
+"""Paged attention kernels behind one API, dispatched to a backend.
+
+The portable backend (MLX ops) runs everywhere. Fused backends for CUDA and
+Metal register in ``FUSED_BACKENDS`` (device platform -> module) when they
+land; ``MLXCEL_KERNELS=portable|fused`` overrides the automatic choice.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from types import ModuleType
+
+import mlx.core as mx
+
+from . import portable
+from .csr import CsrBuilder, HostCsr, PagedCsrView, PageStructure, host_csr
+
+__all__ = [
+    "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
+    "paged_attention_partial", "merge_states", "backend", "backend_name",
+]
+
+log = logging.getLogger(__name__)
+
+KERNELS_ENV = "MLXCEL_KERNELS"
+
+# GPU platform ("cuda" or "metal") -> module under mlxcel.kernels providing
+# paged_attention_partial and merge_states with the portable signatures.
+FUSED_BACKENDS: dict[str, str] = {}
+
+_warned: set[str] = set()
+
+
+def _gpu_platform() -> str | None:
+    if mx.default_device().type != mx.DeviceType.gpu:
+        return None
+    if mx.metal.is_available():
+        return "metal"
+    return "cuda" if mx.cuda.is_available() else None
+
+
+def _fused_backend() -> ModuleType | None:
+    name = FUSED_BACKENDS.get(_gpu_platform() or "")
+    return importlib.import_module(f".{name}", __name__) if name else None
+
+
+def backend() -> ModuleType:
+    """The backend for the default device: fused where registered for it,
+    else portable; ``MLXCEL_KERNELS`` forces one (fused falls back, warned once)."""
+    choice = os.environ.get(KERNELS_ENV, "").strip().lower()
+    if choice == "portable":
+        return portable
+    fused = _fused_backend()
+    if fused is not None:
+        return fused
+    if choice and choice not in _warned:
+        _warned.add(choice)
+        reason = "no fused kernels for this device" if choice == "fused" else "unknown value"
+        log.warning("%s=%r: %s, using the portable kernels", KERNELS_ENV, choice, reason)
+    return portable
+
+
+def backend_name() -> str:
+    return backend().__name__.rsplit(".", 1)[-1]
+
+
+def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+                            *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
+    """Attention of q [R, Hq, D] over each row's pages: (o [R, Hq, D] float32
+    normalized, lse [R, Hq] float32 log2). Query head h reads KV head h // (Hq // Hkv).
+    ``chunk_pages`` fixes the split-KV tile width (default: heuristic or MLXCEL_CHUNK_PAGES)."""
+    return backend().paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
+
+
+def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
+    """Merge groups of contiguous softmax states (v [N, H, D], lse [N, H] log2,
+    o_indptr [M+1]) into v [M, H, D], lse [M, H]."""
+    return backend().merge_states(v_in, lse_in, o_indptr)

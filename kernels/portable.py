@@ -1,0 +1,187 @@
+"""Portable paged attention: MLX ops only, so it runs wherever MLX runs (CPU,
+CUDA, Metal).
+
+Rows are cut into page tiles of one common width (split-KV). One gather pulls
+every tile's pages straight into a [tiles, Hkv, tokens, D] layout, one matmul
+pair computes every tile's softmax state, and the tiles of a row are merged.
+Padding slots of short tiles are masked out; the width is picked so padding
+stays small (see ``tile_width``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from .csr import HostCsr, PagedCsrView
+
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+
+# One extra tile costs about this many page reads (its copy of q, its merge
+# slot, its softmax bookkeeping); the width heuristic trades it against padding.
+TILE_OVERHEAD_PAGES = 2
+
+CHUNK_PAGES_ENV = "MLXCEL_CHUNK_PAGES"
+
+
+@dataclass(frozen=True)
+class PageTiles:
+    """A view's rows cut into tiles of ``width`` pages (layout only; the last
+    page's fill comes from each step's last_page_len)."""
+
+    width: int
+    pages: mx.array         # [S, 1, width] block ids; padding repeats the tile's first page
+    tile_row: mx.array      # [S] row each tile belongs to
+    first_slot: mx.array    # [S] first valid token slot (first_page_offset on a row's first tile)
+    full_slots: mx.array    # [S] real pages * block_size
+    holds_last: mx.array    # [S] 1 where the tile holds its row's last page
+    row_indptr: np.ndarray  # [R+1] tiles of each row, contiguous
+    one_per_row: bool       # tile s is row s: no q gather, no merge
+
+    @property
+    def num_tiles(self) -> int:
+        return int(self.row_indptr[-1])
+
+
+def tile_width(num_pages: np.ndarray) -> int:
+    """Pages per tile: the power of two (or the longest row) minimizing page
+    reads including padding, plus a per-tile overhead. Equal rows give one
+    tile each; a long row among short ones is split to the short rows' width."""
+    pages = num_pages[num_pages > 0].astype(np.int64)
+    if len(pages) == 0:
+        return 1
+    longest = int(pages.max())
+    candidates = [longest] + [1 << k for k in range(longest.bit_length()) if (1 << k) < longest]
+
+    def cost(width: int) -> int:
+        tiles = -(-pages // width)
+        return int((tiles * (width + TILE_OVERHEAD_PAGES)).sum())
+
+    return min(candidates, key=lambda w: (cost(w), -w))
+
+
+def requested_width(chunk_pages: int | None) -> int | None:
+    """Explicit tile width: the argument, else MLXCEL_CHUNK_PAGES, else None (heuristic)."""
+    if chunk_pages is None:
+        text = os.environ.get(CHUNK_PAGES_ENV, "").strip()
+        if not text:
+            return None
+        chunk_pages = int(text)
+    if chunk_pages < 1:
+        raise ValueError(f"chunk_pages must be >= 1, got {chunk_pages}")
+    return chunk_pages
+
+
+def build_tiles(host: HostCsr, width: int) -> PageTiles:
+    pages = host.num_pages().astype(np.int64)
+    tiles_per_row = -(-pages // width)
+    row_indptr = np.zeros(len(pages) + 1, np.int64)
+    np.cumsum(tiles_per_row, out=row_indptr[1:])
+    tile_row = np.repeat(np.arange(len(pages)), tiles_per_row)
+    index_in_row = np.arange(len(tile_row)) - row_indptr[tile_row]
+    start = host.indptr[tile_row].astype(np.int64) + index_in_row * width
+    real = np.minimum(width, host.indptr[tile_row + 1] - start)
+    column = np.arange(width)
+    position = np.where(column < real[:, None], start[:, None] + column, start[:, None])
+    block_ids = host.indices[position] if len(position) else np.zeros((0, width), np.int32)
+    first = np.where(index_in_row == 0, host.first_page_offset[tile_row], 0)
+    last = index_in_row == tiles_per_row[tile_row] - 1
+    return PageTiles(
+        width=width,
+        pages=mx.array(block_ids.astype(np.int32)[:, None, :]),
+        tile_row=mx.array(tile_row.astype(np.int32)),
+        first_slot=mx.array(first.astype(np.int32)),
+        full_slots=mx.array((real * host.block_size).astype(np.int32)),
+        holds_last=mx.array(last.astype(np.int32)),
+        row_indptr=row_indptr,
+        one_per_row=bool((tiles_per_row == 1).all()),
+    )
+
+
+def page_tiles(csr: PagedCsrView, chunk_pages: int | None = None) -> PageTiles:
+    """The view's tiles, memoized on its page structure (shared by all layers
+    of a step and by later steps whose layout is unchanged)."""
+    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages())
+    key = ("portable_tiles", width)
+    tiles = csr.structure.memo.get(key)
+    if tiles is None:
+        tiles = csr.structure.memo[key] = build_tiles(csr.host, width)
+    return tiles
+
+
+def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTiles,
+                last_page_len: mx.array, scale: float) -> tuple[mx.array, mx.array]:
+    """Softmax state of every tile: o [S, Hq, D] float32 normalized, lse [S, Hq] log2."""
+    _, hq, d = q.shape
+    block_size, hkv = k_pool.shape[1], k_pool.shape[2]
+    group = hq // hkv
+    count, slots = tiles.num_tiles, tiles.width * block_size
+
+    q_tiles = q if tiles.one_per_row else q[tiles.tile_row]
+    q_tiles = (q_tiles.astype(mx.float32) * scale).reshape(count, hkv, group, d)
+    # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
+    # tokens land contiguous, so the matmuls need no transposed copy.
+    heads = mx.arange(hkv, dtype=mx.int32)[None, :, None]
+    keys = k_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
+    values = v_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
+
+    scores = q_tiles @ keys.swapaxes(-1, -2)                     # [S, Hkv, G, slots]
+    end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
+    slot = mx.arange(slots, dtype=mx.int32)
+    valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
+    scores = mx.where(valid[:, None, None, :], scores, -mx.inf)
+
+    top = scores.max(axis=-1, keepdims=True)                     # finite: every tile has a token
+    weights = mx.exp(scores - top)
+    total = weights.sum(axis=-1, keepdims=True)
+    o = (weights @ values) / total
+    lse = (top + mx.log(total)) * LOG2E
+    return o.reshape(count, hq, d), lse.reshape(count, hq)
+
+
+def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+                            *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
+    rows, hq, d = q.shape
+    if rows != csr.num_rows:
+        raise ValueError(f"q has {rows} rows but the page table has {csr.num_rows}")
+    if hq % k_pool.shape[2]:
+        raise ValueError(f"{hq} query heads are not a multiple of {k_pool.shape[2]} KV heads")
+    tiles = page_tiles(csr, chunk_pages)
+    if tiles.num_tiles == 0:
+        return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
+    o, lse = tile_states(q, k_pool, v_pool, tiles, csr.last_page_len, scale)
+    if tiles.one_per_row:
+        return o, lse
+    return merge_states(o, lse, tiles.row_indptr)
+
+
+def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
+    """Merge groups of contiguous states: v [M, H, D] float32, lse [M, H] log2.
+    A state with lse -inf weighs 0; a group with no weight gives v 0, lse -inf."""
+    indptr = np.asarray(o_indptr, dtype=np.int64)
+    sizes = np.diff(indptr)
+    groups, heads, d = len(sizes), v_in.shape[1], v_in.shape[2]
+    widest = int(sizes.max()) if groups else 0
+    if widest == 0:
+        return mx.zeros((groups, heads, d), mx.float32), mx.full((groups, heads), -mx.inf, mx.float32)
+    if (sizes == 1).all():
+        order = mx.array(indptr[:-1].astype(np.int32))
+        return v_in[order].astype(mx.float32), lse_in[order].astype(mx.float32)
+
+    column = np.arange(widest)
+    present = column < sizes[:, None]
+    slot = mx.array(np.where(present, indptr[:-1, None] + column, 0).astype(np.int32))
+    present = mx.array(present)[:, :, None]                          # [M, K, 1]
+    lse = mx.where(present, lse_in[slot].astype(mx.float32), -mx.inf)  # [M, K, H]
+    top = lse.max(axis=1, keepdims=True)
+    top = mx.where(top == -mx.inf, 0.0, top)
+    weights = mx.exp((lse - top) * LN2)                              # -inf -> 0
+    total = weights.sum(axis=1)                                      # [M, H]
+    mixed = mx.where(weights[..., None] > 0, weights[..., None] * v_in[slot].astype(mx.float32), 0.0)
+    v = mixed.sum(axis=1) / mx.where(total > 0, total, 1.0)[..., None]
+    return v, top[:, 0] + mx.log2(total)
