@@ -150,3 +150,25 @@ class CascadeConfig:
 
     def _settings(self) -> CascadeSettings:
         return CascadeSettings(self.enabled, self.min_shared_pages, self.min_members, self.version)
+
+
+@dataclass
+class EngineConfig:
+    """Engine sizing, fixed at start."""
+
+    block_size: int = 32
+    num_blocks: int | None = None  # pool size in blocks; None: from pool_bytes
+    pool_bytes: int = 1 << 30
+    kv_dtype: str | None = None  # "float32", "float16", "bfloat16"; None: the model's own dtype
+    max_running: int = 64
+    prefill_chunk: int = 512
+    prefix_caching: bool = True
+
+    def pool_dtype(self, loaded) -> "mx.Dtype":
+        import mlx.core as mx
+
+        if self.kv_dtype is not None:
+            return getattr(mx, self.kv_dtype)
+        dtype = loaded.model.layers[0].self_attn.k_proj.weight.dtype
+        # Quantized weights are integers; their activations run in the scales' dtype.
+        return dtype if mx.issubdtype(dtype, mx.floating) else mx.float16

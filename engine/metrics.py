@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .cascade import CascadePlan
 
 LAUNCH_PATHS = ("fused_v2", "gather", "cascade")
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 # What a decode launch did; the first three count as fused_v2 launches.
 FLAT = "flat"
@@ -54,7 +57,28 @@ class EngineMetrics:
         self.cascade_failures = Counter(
             "mlxcel_cascade_failures_total",
             "Planned cascade launches that failed and fell back to the flat launch", registry=self.registry)
-        self.last_decode: DecodeOutcome | None = None
+        self.last_outcome: DecodeOutcome | None = None
+        self.requests = Counter("mlxcel_requests", "Finished requests by finish reason", ["finish_reason"],
+                                registry=self.registry)
+        self.prompt_tokens = Counter("mlxcel_prompt_tokens", "Prompt tokens of finished requests",
+                                     registry=self.registry)
+        self.completion_tokens = Counter("mlxcel_completion_tokens", "Tokens generated for finished requests",
+                                         registry=self.registry)
+        self.preemptions = Counter("mlxcel_preemptions", "Sequences preempted back to the queue (pool exhausted)",
+                                   registry=self.registry)
+        self.decode_step = Histogram("mlxcel_decode_step_seconds", "Wall time of one decode step (all layers)",
+                                     registry=self.registry, buckets=STEP_BUCKETS)
+        self.request_ttft = Histogram("mlxcel_request_ttft_seconds", "Time from submission to first token",
+                                      registry=self.registry, buckets=TTFT_BUCKETS)
+
+    def request_finished(self, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self.requests.labels(finish_reason=reason).inc()
+        self.prompt_tokens.inc(prompt_tokens)
+        self.completion_tokens.inc(completion_tokens)
+
+    def bind_engine(self, engine) -> None:
+        """Expose the engine's pool, prefix cache and queue, read at scrape time."""
+        self.registry.register(_EngineCollector(engine))
 
     def record_decode(self, outcome: DecodeOutcome) -> None:
         """Count one launch and remember it as the latest outcome."""
@@ -68,4 +92,42 @@ class EngineMetrics:
             self.cascade_member_sequences.inc(len(outcome.plan.members))
         elif outcome.kind == CASCADE_FALLBACK:
             self.cascade_failures.inc()
-        self.last_decode = outcome
+        self.last_outcome = outcome
+
+
+class _EngineCollector:
+    """Pool, prefix-cache and queue figures straight from the engine at scrape
+    time (nothing on the decode path keeps them up to date)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def collect(self):
+        pool, sched = self.engine.pool, self.engine.scheduler
+        stats = self.engine.cache.stats()
+        for state, value in (("allocated", pool.num_blocks), ("live", pool.num_live),
+                             ("free", pool.num_available), ("shared", pool.num_shared),
+                             ("reusable", len(pool.reusable))):
+            yield GaugeMetricFamily(f"mlxcel_cache_pool_paged_blocks_{state}",
+                                    f"KV pool blocks: {POOL_STATE_HELP[state]}", value=value)
+        for name, value, doc in (("queries", stats.queries, "Prefix-cache lookups"),
+                                 ("hits", stats.hits, "Lookups that adopted at least one cached block"),
+                                 ("misses", stats.misses, "Lookups that adopted nothing"),
+                                 ("prefix_tokens_reused", stats.prefix_tokens_reused,
+                                  "Prompt tokens adopted from the prefix cache instead of computed"),
+                                 ("evictions", stats.evictions, "Cached blocks reclaimed by the allocator")):
+            yield CounterMetricFamily(f"mlxcel_prompt_cache_{name}", doc, value=value)
+        yield GaugeMetricFamily("mlxcel_queue_depth", "Requests waiting for admission", value=len(sched.waiting))
+        yield GaugeMetricFamily("mlxcel_running_sequences", "Sequences prefilling or decoding",
+                                value=len(sched.running) + (1 if sched.prefilling else 0))
+        yield GaugeMetricFamily("mlxcel_cascade_enabled", "1 while cascade attention is enabled",
+                                value=int(self.engine.cascade.enabled))
+
+
+POOL_STATE_HELP = {
+    "allocated": "the pool's size",
+    "live": "held by at least one page table",
+    "free": "available to allocation (free list plus reusable)",
+    "shared": "held by more than one page table",
+    "reusable": "unreferenced, kept for the prefix cache until needed",
+}

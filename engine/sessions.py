@@ -1,0 +1,105 @@
+"""Built-in client sessions: N clients behind one system prompt that keep asking
+short questions, so the engine always has shared-prompt traffic to show."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from .engine import Engine
+from .sequence import SamplingParams, Sequence
+
+
+def chat_prompt(tokenizer, system_prompt: str, question: str) -> list[int]:
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def synthetic_system_prompt(tokenizer, num_tokens: int, source: str) -> str:
+    """A system prompt of about num_tokens tokens, cut from repeated source text."""
+    if num_tokens < 1:
+        raise ValueError("a synthetic system prompt needs at least one token")
+    base = tokenizer.encode(source)
+    ids = list(itertools.islice(itertools.cycle(base), num_tokens))
+    return tokenizer.decode(ids)
+
+
+@dataclass
+class Session:
+    id: int
+    label: str
+    turns: int = 0
+    current: Sequence | None = None
+    completions: list[list[int]] = field(default_factory=list)
+    active: bool = True
+
+
+class SessionManager:
+    def __init__(self, engine: Engine, system_prompt: str, questions: list[str], *, max_tokens: int = 64,
+                 turns: int | None = None, temperature: float = 0.0) -> None:
+        if not questions:
+            raise ValueError("sessions need at least one question")
+        self.engine = engine
+        self.system_prompt = system_prompt
+        self.questions = questions
+        self.params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+        self.turns = turns  # None: loop forever
+        self.sessions: list[Session] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def add(self, count: int = 1) -> list[Session]:
+        added = []
+        for _ in range(count):
+            sid = next(self._ids)
+            session = Session(sid, f"session-{sid}")
+            with self._lock:
+                self.sessions.append(session)
+            self._ask(session)
+            added.append(session)
+        return added
+
+    def remove(self, count: int = 1) -> int:
+        """Stop the newest sessions; their in-flight requests are cancelled."""
+        with self._lock:
+            victims = [s for s in self.sessions if s.active][-count:] if count > 0 else []
+            for s in victims:
+                s.active = False
+                self.sessions.remove(s)
+        for s in victims:
+            if s.current is not None:
+                self.engine.cancel(s.current)
+        return len(victims)
+
+    def question_for(self, session: Session) -> str:
+        return self.questions[(session.id - 1 + session.turns) % len(self.questions)]
+
+    def _ask(self, session: Session) -> None:
+        prompt = chat_prompt(self.engine.tokenizer, self.system_prompt, self.question_for(session))
+        # Under the lock, so a fast finish event cannot look for session.current before it is set.
+        with self._lock:
+            session.current = self.engine.submit(prompt, self.params, self._on_event, label=session.label)
+
+    def _on_event(self, seq: Sequence, token: int | None, reason: str | None) -> None:
+        if reason is None:
+            return
+        with self._lock:
+            session = next((s for s in self.sessions if s.current is seq), None)
+            if session is None:
+                return
+            session.turns += 1
+            session.completions.append(seq.completion_token_ids)
+            session.current = None
+            again = session.active and reason in ("stop", "length") and (
+                self.turns is None or session.turns < self.turns)
+            if not again:
+                self._idle.notify_all()
+        if again:
+            self._ask(session)
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """With a turn limit: wait until every session has finished its turns."""
+        with self._idle:
+            return self._idle.wait_for(lambda: all(s.current is None for s in self.sessions), timeout)

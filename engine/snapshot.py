@@ -1,0 +1,97 @@
+"""The immutable picture of the engine the dashboard, `mlxcel stats` and the
+control API read after each step. Nothing here refers to live engine state."""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    id: int
+    label: str
+    status: str
+    num_tokens: int
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    pages: tuple[int, ...]
+    refcounts: tuple[int, ...]  # per page, at snapshot time
+    first_page_offset: int
+    last_page_len: int  # valid tokens in the last page
+
+
+@dataclass(frozen=True)
+class PlanView:
+    members: tuple[int, ...]  # sequence ids
+    shared_pages: int
+    shared_tokens: int
+    shared_blocks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PoolView:
+    num_blocks: int
+    block_size: int
+    live: int
+    free: int
+    shared: int
+    reusable: int  # unreferenced but kept for the prefix cache
+    bytes_per_block: int
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    kind: str  # "decode" or "prefill"
+    seconds: float
+    batch: int
+    tokens: int
+    path: str  # launch path of the step's attention
+    cascade_enabled: bool
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    step: int
+    timestamp: float
+    model: str
+    device: str
+    sequences: tuple[SequenceView, ...]
+    plan: PlanView | None
+    decline_reason: str | None
+    last_path: str
+    recent_steps: tuple[StepRecord, ...]
+    pool: PoolView
+    prefix_cache: dict
+    cascade: dict
+    cascade_switches: tuple[tuple[int, float, bool], ...]  # (step, time, enabled)
+    waiting: int
+    running: int
+    preemptions: int
+    paused: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def decode_latencies(self) -> list[float]:
+        return [r.seconds for r in self.recent_steps if r.kind == "decode"]
+
+    def latency_percentile(self, q: float) -> float | None:
+        """q in [0, 100] over the recent decode steps (nearest-rank)."""
+        values = sorted(self.decode_latencies())
+        if not values:
+            return None
+        return values[max(1, math.ceil(q / 100 * len(values))) - 1]
+
+    def tokens_per_second(self) -> float:
+        steps = [r for r in self.recent_steps if r.kind == "decode"]
+        seconds = sum(r.seconds for r in steps)
+        return sum(r.tokens for r in steps) / seconds if seconds else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["latency_p50_seconds"] = self.latency_percentile(50)
+        out["latency_p99_seconds"] = self.latency_percentile(99)
+        out["tokens_per_second"] = self.tokens_per_second()
+        return out

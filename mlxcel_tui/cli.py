@@ -1,0 +1,242 @@
+"""Command line: `mlxcel-tui serve|attach` and `mlxcel stats`. Thin over the library."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from . import blas
+
+log = logging.getLogger("mlxcel")
+
+
+class CliError(click.ClickException):
+    """One clear line for the user; --debug shows the traceback as well."""
+
+
+# -- shared options ---------------------------------------------------------
+
+def cascade_options(f):
+    f = click.option("--min-members", type=int, default=None,
+                     help="Fewest sequences a cascade subgroup needs [env MLXCEL_CASCADE_MIN_MEMBERS, 2].")(f)
+    f = click.option("--min-shared-pages", type=int, default=None,
+                     help="Fewest shared pages to cascade [env MLXCEL_CASCADE_MIN_SHARED_PAGES, 16].")(f)
+    f = click.option("--cascade/--no-cascade", default=None,
+                     help="Cascade attention on or off [env MLXCEL_CASCADE_ATTENTION, off].")(f)
+    return f
+
+
+def session_options(f):
+    f = click.option("--max-tokens", type=click.IntRange(1, 8192), default=64, show_default=True,
+                     help="Tokens each session turn generates.")(f)
+    f = click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
+                     help="Use a synthetic system prompt of about this many tokens.")(f)
+    f = click.option("--system-prompt", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="File holding the shared system prompt.")(f)
+    f = click.option("--sessions", type=click.IntRange(0, 1024), default=4, show_default=True,
+                     help="Built-in client sessions sharing the system prompt.")(f)
+    return f
+
+
+def pool_options(f):
+    f = click.option("--block-size", type=click.IntRange(1, 1024), default=32, show_default=True,
+                     help="Tokens per KV page.")(f)
+    f = click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks.")(f)
+    f = click.option("--kv-cache-mb", type=click.IntRange(1), default=None,
+                     help="KV pool size in MiB [1024].")(f)
+    return f
+
+
+def debug_option(f):
+    return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
+
+
+# -- building the engine ----------------------------------------------------
+
+def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
+                 min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
+                 block_size: int = 32):
+    from mlxcel.engine.config import CascadeConfig, ConfigError, EngineConfig
+    from mlxcel.engine.engine import Engine
+    from mlxcel.engine.model import ModelLoadError, load_model
+    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, default_model_path
+
+    config = CascadeConfig.from_env()
+    changes = {k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
+                                 ("min_members", min_members)) if v is not None}
+    try:
+        config.update(**changes)
+    except ConfigError as err:
+        raise click.BadParameter(str(err)) from None
+    try:
+        loaded = load_model(model) if model else load_model(default_model_path(), DEFAULT_MODEL_NAME)
+    except ModelLoadError as err:
+        raise CliError(str(err)) from None
+    engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
+    if kv_cache_mb:
+        engine_config.pool_bytes = kv_cache_mb * 2**20
+    return Engine(loaded, engine_config, cascade=config)
+
+
+def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens: int | None) -> str:
+    from mlxcel.engine.sessions import synthetic_system_prompt
+    from mlxcel.engine.tiny_model import DEFAULT_SYSTEM_PROMPT
+
+    if system_prompt and shared_prefix_tokens:
+        raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
+    if system_prompt:
+        try:
+            return system_prompt.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise CliError(f"cannot read --system-prompt {system_prompt}: {err}") from None
+    if shared_prefix_tokens:
+        return synthetic_system_prompt(engine.tokenizer, shared_prefix_tokens, DEFAULT_SYSTEM_PROMPT)
+    return DEFAULT_SYSTEM_PROMPT
+
+
+def start_sessions(engine, count: int, system_prompt: str, max_tokens: int, turns: int | None = None):
+    from mlxcel.engine.sessions import SessionManager
+    from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS
+
+    manager = SessionManager(engine, system_prompt, list(DEFAULT_QUESTIONS), max_tokens=max_tokens, turns=turns)
+    manager.add(count)
+    return manager
+
+
+def configure_logging(debug: bool, stream=None, filename: str | None = None) -> None:
+    handler = logging.FileHandler(filename) if filename else logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    for noisy in ("httpx", "httpcore", "uvicorn.access", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# -- mlxcel-tui -------------------------------------------------------------
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mlxcel-tui")
+def tui():
+    """Serve many LLM sessions behind one shared prompt on MLX, and watch the engine work."""
+
+
+@tui.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind the HTTP server to.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
+              help="Bearer token every endpoint but /metrics demands [env MLXCEL_API_KEY]; "
+                   "required to bind beyond loopback.")
+@click.option("--headless", is_flag=True, help="Run engine, sessions and server without the dashboard.")
+@cascade_options
+@session_options
+@pool_options
+@debug_option
+def serve(model, host, port, api_key, headless, cascade, min_shared_pages, min_members, sessions,
+          system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb, block_size, debug):
+    """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
+
+    MODEL is a local model directory (an mlx-community conversion, say);
+    without it the embedded tiny Qwen3 model is used.
+    """
+    from mlxcel.engine.server import OpenAIServer, check_bind, make_uvicorn
+
+    try:
+        check_bind(host, api_key)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
+    engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb, block_size)
+    prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
+    server = OpenAIServer(engine, engine.loaded.name, api_key=api_key)
+    uv = make_uvicorn(server.app, host, port)
+    try:
+        uv_socket = uv.config.bind_socket()
+    except (OSError, SystemExit) as err:
+        raise CliError(f"cannot listen on {host}:{port}: {err}") from None
+    engine.start()
+    server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
+    url = f"http://{host}:{uv_socket.getsockname()[1]}"
+    try:
+        if headless:
+            click.echo(f"mlxcel: serving {engine.loaded.name} on {url} (Ctrl-C stops)", err=True)
+            uv.run(sockets=[uv_socket])
+        else:
+            from .app import DashboardApp
+            from .source import EngineSource
+
+            thread = threading.Thread(target=uv.run, kwargs={"sockets": [uv_socket]}, daemon=True)
+            thread.start()
+            DashboardApp(EngineSource(engine, server.sessions), url=url).run()
+            uv.should_exit = True
+            thread.join(10)
+    finally:
+        if server.sessions:
+            server.sessions.remove(len(server.sessions.sessions))
+        engine.shutdown()
+
+
+@tui.command()
+@click.argument("url")
+@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None, help="Bearer token for the server.")
+@debug_option
+def attach(url, api_key, debug):
+    """Show the dashboard for a server already running at URL."""
+    from .app import DashboardApp
+    from .source import HttpSource, SourceError
+
+    source = HttpSource(url, api_key)
+    try:
+        source.snapshot()
+    except SourceError as err:
+        raise CliError(str(err)) from None
+    DashboardApp(source, url=url).run()
+
+
+# -- mlxcel -----------------------------------------------------------------
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mlxcel-tui")
+def mlxcel():
+    """Headless tools for the mlxcel engine."""
+
+
+from .stats import stats  # noqa: E402  (the command lives in its own module)
+
+mlxcel.add_command(stats)
+
+
+def _main(group) -> None:
+    blas.reexec_with_openblas()
+    debug = "--debug" in sys.argv
+    try:
+        group.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as err:
+        if debug:
+            raise
+        click.echo(f"Error: {err} (run with --debug for the traceback)", err=True)
+        sys.exit(1)
+
+
+def tui_main() -> None:
+    _main(tui)
+
+
+def mlxcel_main() -> None:
+    _main(mlxcel)

@@ -1,0 +1,51 @@
+"""Shared fixtures: the embedded model generated once per session into a temp
+MLXCEL_HOME, and small engines over it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mlxcel_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("mlxcel-home")
+    os.environ["MLXCEL_HOME"] = str(home)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(mlxcel_home):
+    from mlxcel.engine.tiny_model import default_model_path
+
+    return default_model_path(mlxcel_home)
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_model_path):
+    """The embedded model loaded once; engines built on it share its weights."""
+    from mlxcel.engine.model import load_model
+    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME
+
+    return load_model(tiny_model_path, DEFAULT_MODEL_NAME)
+
+
+@pytest.fixture
+def make_engine(tiny_loaded):
+    """Build engines on the embedded model; each gets its own pool and metrics."""
+    from mlxcel.engine.config import CascadeConfig, EngineConfig
+    from mlxcel.engine.engine import Engine
+
+    engines = []
+
+    def build(enabled=False, min_shared_pages=2, min_members=2, num_blocks=256, loaded=None, **kwargs):
+        engine = Engine(loaded or tiny_loaded, EngineConfig(num_blocks=num_blocks, **kwargs),
+                        cascade=CascadeConfig(enabled, min_shared_pages, min_members))
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        engine.stop()

@@ -1,0 +1,195 @@
+"""The engine end to end on mlx-lm models: same tokens and logits as mlx-lm,
+cascade on/off equality, prefix-cache reuse, pages back to baseline."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.generate import stream_generate
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.sample_utils import make_sampler
+
+from mlxcel.engine.model import ModelLoadError, load_model
+from mlxcel.engine.scheduler import RequestRejected
+from mlxcel.engine.sequence import SamplingParams, Sequence
+from mlxcel.engine.sessions import chat_prompt
+from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS, TINY_QWEN3, generate_random_model
+
+# Float32 model end to end. The paged kernels sum keys in another order than
+# mx.fast.scaled_dot_product_attention, so each layer's output differs by
+# float32 rounding (~1e-6 relative); over 4 layers the logits (magnitude ~1)
+# move by ~1e-5. 2e-4 leaves room for that and still catches any wrong key.
+LOGIT_ATOL = 2e-4
+
+
+def random_prompt(rng, n, vocab=1024):
+    return [int(t) for t in rng.integers(3, vocab, n)]
+
+
+def mlx_lm_greedy(loaded, prompt, max_tokens):
+    """Tokens and per-step logits from mlx-lm's own cache and attention."""
+    model = loaded.model
+    cache = make_prompt_cache(model)
+    logits = model(mx.array([prompt]), cache=cache)[:, -1, :]
+    tokens, all_logits = [], []
+    for _ in range(max_tokens):
+        all_logits.append(np.array(logits[0]))
+        token = int(mx.argmax(logits, axis=-1).item())
+        tokens.append(token)
+        logits = model(mx.array([[token]]), cache=cache)[:, -1, :]
+    return tokens, all_logits
+
+
+def engine_greedy_logits(engine, prompts, max_tokens):
+    """Drive the engine's runner directly to read its logits for each step."""
+    runner, sched = engine.runner, engine.scheduler
+    seqs = [Sequence(list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
+    logits_per_seq = [[] for _ in seqs]
+    for i, seq in enumerate(seqs):
+        engine.cache.adopt(seq)
+        engine.cache.extend(seq, len(seq))
+        logits = runner.prefill_logits(seq, len(seq))
+        seq.num_cached_tokens = len(seq)
+        engine.cache.commit(seq)
+        logits_per_seq[i].append(np.array(logits[0]))
+        seq.token_ids.append(int(mx.argmax(logits[0]).item()))
+    for _ in range(max_tokens - 1):
+        for seq in seqs:
+            engine.cache.extend(seq, seq.num_cached_tokens + 1)
+        logits = runner.decode_logits(seqs)
+        for i, seq in enumerate(seqs):
+            seq.num_cached_tokens += 1
+            engine.cache.commit(seq)
+            logits_per_seq[i].append(np.array(logits[i]))
+            seq.token_ids.append(int(mx.argmax(logits[i]).item()))
+    for seq in seqs:
+        engine.cache.release(seq)
+    return [s.completion_token_ids for s in seqs], logits_per_seq
+
+
+@pytest.fixture(scope="module")
+def llama_loaded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama") / "model"
+    spec = replace(TINY_QWEN3, model_type="llama", num_layers=2, seed=7)
+    generate_random_model(path, **asdict(spec))
+    return load_model(path)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+@pytest.mark.parametrize("cascade", [False, True])
+def test_tokens_and_logits_match_mlx_lm(family, cascade, tiny_loaded, llama_loaded, make_engine):
+    loaded = tiny_loaded if family == "qwen3" else llama_loaded
+    rng = np.random.default_rng()
+    shared = random_prompt(rng, 3 * 16 + 5)
+    prompts = [shared + random_prompt(rng, n) for n in (3, 20, 9)]
+    engine = make_engine(enabled=cascade, min_shared_pages=2, block_size=16, loaded=loaded)
+    tokens, logits = engine_greedy_logits(engine, prompts, max_tokens=6)
+    for prompt, got_tokens, got_logits in zip(prompts, tokens, logits):
+        want_tokens, want_logits = mlx_lm_greedy(loaded, prompt, 6)
+        for step, (a, b) in enumerate(zip(got_logits, want_logits)):
+            np.testing.assert_allclose(a, b, atol=LOGIT_ATOL, err_msg=f"step {step}")
+        assert got_tokens == want_tokens
+    launches = engine.metrics.registry.get_sample_value(
+        "mlxcel_paged_decode_launches_total", {"path": "cascade"}) or 0
+    assert (launches > 0) == cascade
+
+
+def test_engine_generate_equals_mlx_lm_generate(tiny_loaded, make_engine):
+    prompt = chat_prompt(tiny_loaded.tokenizer, "You answer briefly.", DEFAULT_QUESTIONS[0])
+    want = [r.token for r in stream_generate(tiny_loaded.model, tiny_loaded.tokenizer, mx.array(prompt),
+                                             max_tokens=12, sampler=make_sampler(0.0))]
+    engine = make_engine()
+    got = engine.generate([prompt], SamplingParams(max_tokens=12))[0]
+    # mlx-lm stops at EOS too, so the engine's stream is the same length.
+    assert got == want
+
+
+def shared_prompt_batch(tokenizer, n, system_tokens=200):
+    rng = np.random.default_rng()
+    system = tokenizer.decode(random_prompt(rng, system_tokens, vocab=900))
+    return [chat_prompt(tokenizer, system, q) for q in DEFAULT_QUESTIONS[:n]]
+
+
+def test_cascade_on_and_off_give_the_same_tokens(tiny_loaded, make_engine):
+    prompts = shared_prompt_batch(tiny_loaded.tokenizer, 4)
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    off = make_engine(enabled=False)
+    on = make_engine(enabled=True, min_shared_pages=2)
+    assert off.generate(prompts, params) == on.generate(prompts, params)
+    value = on.metrics.registry.get_sample_value
+    assert value("mlxcel_paged_decode_launches_total", {"path": "cascade"}) > 0
+    assert (off.metrics.registry.get_sample_value(
+        "mlxcel_paged_decode_launches_total", {"path": "cascade"}) or 0) == 0
+    assert value("mlxcel_cascade_member_sequences_total") >= 2 * value(
+        "mlxcel_paged_decode_launches_total", {"path": "cascade"})
+
+
+def test_second_request_hits_the_prefix_cache_and_pages_return(tiny_loaded, make_engine):
+    engine = make_engine()
+    baseline = engine.pool.num_available
+    first, second = shared_prompt_batch(tiny_loaded.tokenizer, 2)
+    engine.generate([first], SamplingParams(max_tokens=4))
+    engine.generate([second], SamplingParams(max_tokens=4))
+    stats = engine.cache.stats()
+    assert stats.hits == 1 and stats.prefix_tokens_reused >= 6 * 32
+    assert engine.pool.num_live == 0
+    assert engine.pool.num_available == baseline
+    assert all(c == 0 for c in engine.pool.refcount)
+
+
+def test_sessions_arriving_together_compute_the_shared_prompt_once(tiny_loaded, make_engine):
+    engine = make_engine()
+    prompts = shared_prompt_batch(tiny_loaded.tokenizer, 4)
+    seqs = [engine.submit(p, SamplingParams(max_tokens=3)) for p in prompts]
+    engine.run_until_idle()
+    assert engine.cache.stats().hits == 3
+    prefill_tokens = sum(r.tokens for r in engine.snapshot.recent_steps if r.kind == "prefill")
+    shared = min(s.num_reused_tokens for s in seqs[1:])
+    assert prefill_tokens == sum(s.num_prompt_tokens for s in seqs) - 3 * shared
+
+
+def test_small_pool_preempts_and_recomputes_without_changing_tokens(tiny_loaded, make_engine):
+    prompts = shared_prompt_batch(tiny_loaded.tokenizer, 4, system_tokens=40)
+    params = SamplingParams(max_tokens=64, ignore_eos=True)
+    roomy = make_engine(num_blocks=256).generate(prompts, params)
+    # Four sequences growing to ~4 pages each, one page shared: 13 pages wanted, 10 there.
+    tight = make_engine(num_blocks=10)
+    assert tight.generate(prompts, params) == roomy
+    assert tight.scheduler.num_preemptions > 0
+    assert tight.pool.num_live == 0
+
+
+def test_request_that_can_never_fit_is_rejected(make_engine):
+    engine = make_engine(num_blocks=4)
+    with pytest.raises(RequestRejected, match="pool holds 4"):
+        engine.submit(list(range(3, 200)), SamplingParams(max_tokens=10))
+    assert not engine.scheduler.has_work
+
+
+def test_cancel_releases_pages(tiny_loaded, make_engine):
+    engine = make_engine()
+    prompts = shared_prompt_batch(tiny_loaded.tokenizer, 2, system_tokens=40)
+    a = engine.submit(prompts[0], SamplingParams(max_tokens=50, ignore_eos=True))
+    b = engine.submit(prompts[1], SamplingParams(max_tokens=5, ignore_eos=True))
+    for _ in range(4):
+        engine.step()
+    engine.cancel(a)
+    engine.run_until_idle()
+    assert a.finish_reason == "cancelled" and b.finish_reason == "length"
+    assert engine.pool.num_live == 0
+
+
+def test_unsupported_architecture_is_a_clear_error(tmp_path, tiny_model_path):
+    for name in ("config.json",):
+        (tmp_path / name).write_text(json.dumps({"model_type": "gemma3"}))
+    with pytest.raises(ModelLoadError, match="model type 'gemma3' is not supported"):
+        load_model(tmp_path)
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(tmp_path / "missing")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="malformed"):
+        load_model(tmp_path)
