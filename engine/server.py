@@ -85,8 +85,12 @@ def sampling_from_body(body: dict, limits: ServerLimits) -> SamplingParams:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ApiError(400, "'seed' must be an integer", "seed")
+    ignore_eos = body.get("ignore_eos", False)  # vLLM's extension, for benchmarks
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(400, "'ignore_eos' must be a boolean", "ignore_eos")
     return SamplingParams(
         max_tokens=max_tokens,
+        ignore_eos=ignore_eos,
         temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
         top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0)),
         seed=seed,
