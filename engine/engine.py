@@ -14,7 +14,7 @@ from typing import Callable
 import mlx.core as mx
 
 from .config import CascadeConfig, EngineConfig
-from .metrics import EngineMetrics
+from .metrics import DecodeOutcome, EngineMetrics
 from .model import LoadedModel, load_model
 from .pool import BlockPool, PoolGeometry
 from .prefix_cache import PrefixCache
@@ -57,7 +57,8 @@ class Engine:
         self.step_count = 0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
         self._switches: list[tuple[int, float, bool]] = [(0, time.time(), self.cascade.enabled)]
-        self._last_batch: list[Sequence] = []
+        self._last_plan: PlanView | None = None
+        self._last_decode: DecodeOutcome | None = None  # the last decode step's launch
         self.snapshot = self._build_snapshot()
 
     @classmethod
@@ -121,6 +122,9 @@ class Engine:
                 self._finish(seq, "error")
             return True
         seconds = time.perf_counter() - start
+        if batch.kind == "decode":
+            self._last_decode = self.metrics.last_outcome
+            self._last_plan = self._plan_view(batch.seqs)  # before finished sequences drop their pages
         self._postprocess(batch, tokens)
         self._record(batch, seconds)
         return True
@@ -189,7 +193,7 @@ class Engine:
 
     def _record(self, batch: ScheduledStep, seconds: float) -> None:
         self.step_count += 1
-        outcome = self.metrics.last_outcome
+        outcome = self._last_decode
         path = outcome.path if outcome and batch.kind == "decode" else "gather"
         self._recent.append(StepRecord(self.step_count, batch.kind, seconds, len(batch.seqs),
                                        len(batch.seqs) if batch.kind == "decode" else
@@ -197,8 +201,16 @@ class Engine:
                                        path, self.cascade.enabled, time.time()))
         if batch.kind == "decode":
             self.metrics.decode_step.observe(seconds)
-            self._last_batch = batch.seqs
         self.snapshot = self._build_snapshot()
+
+    def _plan_view(self, rows: list[Sequence]) -> PlanView | None:
+        """The last decode launch's cascade plan in sequence ids and block ids."""
+        outcome = self._last_decode
+        if outcome is None or outcome.plan is None:
+            return None
+        n = outcome.plan.shared_pages
+        return PlanView(tuple(rows[m].id for m in outcome.plan.members), n, n * self.pool.block_size,
+                        tuple(rows[outcome.plan.members[0]].block_table[:n]))
 
     def _build_snapshot(self) -> EngineSnapshot:
         pool, bs = self.pool, self.pool.block_size
@@ -210,19 +222,12 @@ class Engine:
                          0, (s.num_cached_tokens - 1) % bs + 1 if s.num_cached_tokens else 0)
             for s in live
         )
-        outcome = self.metrics.last_outcome
-        plan = None
-        if outcome is not None and outcome.plan is not None and self._last_batch:
-            rows = self._last_batch
-            first = rows[outcome.plan.members[0]]
-            n = outcome.plan.shared_pages
-            plan = PlanView(tuple(rows[m].id for m in outcome.plan.members), n, n * bs,
-                            tuple(first.block_table[:n]))
+        outcome = self._last_decode
         stats = self.cache.stats()
         return EngineSnapshot(
             step=self.step_count, timestamp=time.time(), model=self.loaded.name, device=self.device,
-            sequences=views, plan=plan,
-            decline_reason=outcome.reason if outcome else None,
+            sequences=views, plan=self._last_plan,
+            decline_reason=outcome.reason if outcome and outcome.plan is None else None,
             last_path=outcome.path if outcome else "",
             recent_steps=tuple(self._recent),
             pool=PoolView(pool.num_blocks, bs, pool.num_live, len(pool.free), pool.num_shared,

@@ -62,7 +62,8 @@ def render_table(samples: dict[str, float], summary: dict, sessions: list[dict] 
     metrics.add_column("sample")
     metrics.add_column("value", justify="right")
     for key, value in sorted(samples.items()):
-        if key.startswith("mlxcel_") and not key.endswith(("_bucket", "_created")) and "_bucket{" not in key:
+        name = key.split("{", 1)[0]
+        if name.startswith("mlxcel_") and not name.endswith(("_bucket", "_created")):
             metrics.add_row(key, f"{value:g}")
     with console.capture() as capture:
         console.print(overview)
