@@ -123,23 +123,25 @@ def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTile
     count, slots = tiles.num_tiles, tiles.width * block_size
 
     q_tiles = q if tiles.one_per_row else q[tiles.tile_row]
-    q_tiles = (q_tiles.astype(mx.float32) * scale).reshape(count, hkv, group, d)
+    q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * scale).reshape(count, hkv, group, d))
     # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
     # tokens land contiguous, so the matmuls need no transposed copy.
     heads = mx.arange(hkv, dtype=mx.int32)[None, :, None]
     keys = k_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
     values = v_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
 
-    scores = q_tiles @ keys.swapaxes(-1, -2)                     # [S, Hkv, G, slots]
+    # Scores transposed, [S, Hkv, slots, G]: keys @ q^T is the faster matmul
+    # orientation on reference BLAS (no dot-product inner loop) and no slower elsewhere.
+    scores = keys @ q_tiles.swapaxes(-1, -2)
     end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
     slot = mx.arange(slots, dtype=mx.int32)
     valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
-    scores = mx.where(valid[:, None, None, :], scores, -mx.inf)
+    scores = mx.where(valid[:, None, :, None], scores, -mx.inf)
 
-    top = scores.max(axis=-1, keepdims=True)                     # finite: every tile has a token
+    top = scores.max(axis=-2, keepdims=True)                     # finite: every tile has a token
     weights = mx.exp(scores - top)
-    total = weights.sum(axis=-1, keepdims=True)
-    o = (weights @ values) / total
+    total = weights.sum(axis=-2, keepdims=True)                  # [S, Hkv, 1, G]
+    o = (weights.swapaxes(-1, -2) @ values) / total.swapaxes(-1, -2)
     lse = (top + mx.log(total)) * LOG2E
     return o.reshape(count, hq, d), lse.reshape(count, hq)
 

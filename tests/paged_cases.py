@@ -1,0 +1,92 @@
+"""Random paged-attention inputs for the kernel and decode-path tests: fresh
+values every run (the seed is printed, so pytest shows it on failure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxcel.kernels import PagedCsrView
+from mlxcel.kernels.csr import HostCsr, host_csr
+
+# f32 kernels against the float64 reference: outputs are convex combinations of
+# N(0, 1) values and scores are dot products of <= 128 terms, so float32
+# rounding leaves errors around 1e-6; 2e-5 is a safe bound that a wrong mask,
+# head mapping or merge (errors of order 0.1) cannot meet.
+ATOL = 2e-5
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    print(f"random seed {seed}")
+    return np.random.default_rng(seed)
+
+
+@dataclass
+class PagedCase:
+    host: HostCsr
+    csr: PagedCsrView
+    k_pool: mx.array
+    v_pool: mx.array
+    q: mx.array
+    scale: float
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.k_pool.shape[2]
+
+
+def random_pools(rng: np.random.Generator, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+                 dtype=mx.float32) -> tuple[mx.array, mx.array]:
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    return (mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype),
+            mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype))
+
+
+def random_query(rng: np.random.Generator, rows: int, heads: int, head_dim: int, dtype=mx.float32,
+                 length: int | None = None) -> mx.array:
+    shape = (rows, heads, head_dim) if length is None else (rows, heads, length, head_dim)
+    return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def make_case(rng: np.random.Generator, tables: list[list[int]], num_tokens: list[int], *, block_size: int,
+              kv_heads: int = 2, group: int = 4, head_dim: int = 64, first_page_offset: list[int] | None = None,
+              dtype=mx.float32, q_dtype=mx.float32, num_blocks: int | None = None) -> PagedCase:
+    host = host_csr(tables, num_tokens, block_size, first_page_offset)
+    blocks = num_blocks or max(max(t) for t in tables if t) + 1
+    k_pool, v_pool = random_pools(rng, blocks, block_size, kv_heads, head_dim, dtype)
+    q = random_query(rng, len(tables), kv_heads * group, head_dim, q_dtype)
+    return PagedCase(host, PagedCsrView.from_host(host), k_pool, v_pool, q, head_dim ** -0.5)
+
+
+def fresh_blocks(rng: np.random.Generator, count: int, start: int = 0) -> list[int]:
+    """``count`` distinct block ids from start.., in random order."""
+    return [int(b) for b in start + rng.permutation(count)]
+
+
+def mixed_batch(rng: np.random.Generator, *, block_size: int, shared_pages: int = 5, kv_heads: int = 2,
+                group: int = 4, head_dim: int = 64, dtype=mx.float32, q_dtype=mx.float32) -> PagedCase:
+    """Six rows: three members sharing ``shared_pages`` pages with partial last
+    pages, a row sharing only the first two of them, a row entering the shared
+    first page mid-page (dropped by the planner), and an unrelated row."""
+    ids = iter(fresh_blocks(rng, 64))
+    shared = [next(ids) for _ in range(shared_pages)]
+    bs = block_size
+
+    def tail(n: int) -> list[int]:
+        return [next(ids) for _ in range(n)]
+
+    tables = [shared + tail(2), shared + tail(1), shared + tail(3), shared[:2] + tail(2), shared + tail(1), tail(3)]
+    tokens = [(shared_pages + 1) * bs + int(rng.integers(1, bs + 1)),
+              shared_pages * bs + int(rng.integers(1, bs + 1)),
+              (shared_pages + 2) * bs + int(rng.integers(1, bs + 1)),
+              3 * bs + int(rng.integers(1, bs + 1)),
+              shared_pages * bs + int(rng.integers(1, bs + 1)),
+              2 * bs + int(rng.integers(1, bs + 1))]
+    offsets = [0, 0, 0, 0, int(rng.integers(1, bs)), int(rng.integers(1, bs))]
+    return make_case(rng, tables, tokens, block_size=bs, kv_heads=kv_heads, group=group, head_dim=head_dim,
+                     first_page_offset=offsets, dtype=dtype, q_dtype=q_dtype, num_blocks=64)
