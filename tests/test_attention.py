@@ -1,0 +1,282 @@
+"""The decode path: flat and cascade launches against the reference and each
+other, head stacking, planner call counts, fallback, gather path, metrics."""
+
+from __future__ import annotations
+
+import logging
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxcel import kernels
+from mlxcel.engine import attention, cascade
+from mlxcel.engine.attention import (cascade_launch, flat_launch, paged_decode_attention, paged_prefill_attention,
+                                     stack_member_heads, unstack_member_heads)
+from mlxcel.engine.cascade import CascadePlan, plan_cascade
+from mlxcel.engine.config import CascadeConfig
+from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.kernels import CsrBuilder, PagedCsrView
+from mlxcel.kernels.reference import reference_decode, reference_prefill
+from paged_cases import ATOL, fresh_blocks, make_case, mixed_batch, rng  # noqa: F401  (rng is a fixture)
+
+ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
+OFF = CascadeConfig(enabled=False)
+
+# Cascade vs flat: both accumulate the same float32 products, only grouped
+# differently (two levels and a merge vs one pass), so they differ by float32
+# rounding of O(1) values: a few 1e-7. 1e-5 leaves room for that and is four
+# orders below what a wrong stacking or pairing produces (see the negative control).
+CASCADE_ATOL = 1e-5
+
+
+def launches(metrics, path):
+    return metrics.registry.get_sample_value("mlxcel_paged_decode_launches_total", {"path": path})
+
+
+def sample(metrics, name):
+    return metrics.registry.get_sample_value(name)
+
+
+def decode(case, config, metrics=None, q=None):
+    q = case.q if q is None else q
+    return paged_decode_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=config,
+                                  metrics=metrics)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_cascade_equals_flat_and_reference(rng, group, head_dim, block_size):
+    # Members with different private tails, a row sharing only two pages, a
+    # mid-page row, an unrelated row: one launch serves the mixed batch.
+    case = mixed_batch(rng, block_size=block_size, group=group, head_dim=head_dim)
+    metrics = EngineMetrics()
+    cascaded = decode(case, ON, metrics)
+    assert metrics.last_outcome.kind == "cascade"
+    assert metrics.last_outcome.plan == CascadePlan([0, 1, 2], 5)
+    flat = decode(case, OFF)
+    np.testing.assert_allclose(np.array(cascaded), np.array(flat), atol=CASCADE_ATOL, rtol=0)
+    np.testing.assert_allclose(np.array(cascaded), reference_decode(case.q, case.k_pool, case.v_pool, case.host,
+                                                                    case.scale), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("pool_dtype", [mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("q_dtype", [mx.float32, mx.bfloat16])
+def test_half_precision_pools_and_queries(rng, pool_dtype, q_dtype):
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=pool_dtype, q_dtype=q_dtype)
+    cascaded, flat = decode(case, ON), decode(case, OFF)
+    assert cascaded.dtype == q_dtype and flat.dtype == q_dtype
+    ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
+    # A bf16 result carries bf16 rounding (8 mantissa bits) of values up to ~3.
+    atol = ATOL if q_dtype == mx.float32 else 3e-2
+    np.testing.assert_allclose(np.array(cascaded.astype(mx.float32)), ref, atol=atol, rtol=0)
+    np.testing.assert_allclose(np.array(cascaded.astype(mx.float32)), np.array(flat.astype(mx.float32)),
+                               atol=max(atol, CASCADE_ATOL), rtol=0)
+
+
+def test_a_subgroup_of_one_is_the_flat_result(rng):
+    # One member: level 0 over its shared span, level 1 over the rest, merged.
+    case = mixed_batch(rng, block_size=16, group=4)
+    one = cascade_launch(case.q, case.k_pool, case.v_pool, case.csr, CascadePlan([2], 5), scale=case.scale)
+    flat = flat_launch(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+    np.testing.assert_allclose(np.array(one), np.array(flat), atol=CASCADE_ATOL, rtol=0)
+
+
+def test_stacking_round_trips():
+    members, hkv, group, d = 3, 2, 4, 8
+    q = mx.arange(members * hkv * group * d, dtype=mx.float32).reshape(members, hkv * group, d)
+    stacked = stack_member_heads(q, hkv)
+    # h0 = kv * (M * G) + m * G + g holds member m's head kv * G + g.
+    for kv in range(hkv):
+        for m in range(members):
+            for g in range(group):
+                np.testing.assert_array_equal(np.array(stacked[0, kv * members * group + m * group + g]),
+                                              np.array(q[m, kv * group + g]))
+    o, lse = unstack_member_heads(stacked, stacked[..., 0], members, hkv)
+    np.testing.assert_array_equal(np.array(o), np.array(q))
+    np.testing.assert_array_equal(np.array(lse), np.array(q[..., 0]))
+
+
+def test_member_major_stacking_gives_a_wrong_answer(rng):
+    # Negative control: stacking member-major (h0 = m * (Hkv * G) + kv * G + g)
+    # has the same shapes and launches fine, but the kernel's h0 // (M * G)
+    # then reads the wrong KV head for most stacked heads.
+    case = mixed_batch(rng, block_size=16, kv_heads=2, group=4)
+    plan = plan_cascade(case.csr, ON)
+    layout = attention.cascade_layout(case.csr, plan)
+    q_members, members = case.q[layout.members], len(plan.members)
+    hq, d = case.q.shape[1], case.q.shape[2]
+
+    def two_levels(q0_stacked, unstack):
+        o0, lse0 = kernels.paged_attention_partial(q0_stacked, case.k_pool, case.v_pool, layout.shared,
+                                                   scale=case.scale)
+        o0, lse0 = unstack(o0, lse0)
+        o1, lse1 = kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, layout.private_view(case.csr),
+                                                   scale=case.scale)
+        states = mx.concatenate([o1, o0])[layout.merge_order]
+        lses = mx.concatenate([lse1, lse0])[layout.merge_order]
+        return np.array(kernels.merge_states(states, lses, layout.merge_indptr)[0])
+
+    ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
+    right = two_levels(stack_member_heads(q_members, case.num_kv_heads),
+                       lambda o, lse: unstack_member_heads(o, lse, members, case.num_kv_heads))
+    wrong = two_levels(q_members.reshape(1, members * hq, d),
+                       lambda o, lse: (o.reshape(members, hq, d), lse.reshape(members, hq)))
+    np.testing.assert_allclose(right, ref, atol=ATOL, rtol=0)
+    member_rows = np.array(plan.members)
+    assert np.abs(wrong[member_rows] - ref[member_rows]).max() > 0.05
+    np.testing.assert_allclose(wrong[3:], ref[3:], atol=ATOL, rtol=0)   # non-members never see level 0
+
+
+def test_the_shared_span_is_read_once_per_subgroup(rng, monkeypatch):
+    case = mixed_batch(rng, block_size=16, group=4)
+    calls = []
+    real = kernels.paged_attention_partial
+    monkeypatch.setattr(kernels, "paged_attention_partial",
+                        lambda q, k, v, csr, **kw: calls.append((q.shape, csr.host)) or real(q, k, v, csr, **kw))
+    decode(case, ON)
+    (level0_shape, level0), (_, level1) = calls
+    shared = case.host.pages(0)[:5].tolist()
+    assert level0.num_rows == 1 and level0.pages(0).tolist() == shared
+    assert level0_shape[1] == 3 * case.q.shape[1]            # all 3 members' heads stacked on one row
+    for member in (0, 1, 2):                                  # level 1 reads only the private suffix
+        assert level1.pages(member).tolist() == case.host.pages(member)[5:].tolist()
+    for other in (3, 4, 5):                                   # non-members: their whole range
+        assert level1.pages(other).tolist() == case.host.pages(other).tolist()
+
+
+def test_disabled_cascade_never_scans_the_page_table(rng, monkeypatch):
+    case = mixed_batch(rng, block_size=16)
+    decides, explains = [], []
+    monkeypatch.setattr(cascade, "decide", lambda *a: decides.append(a))
+    monkeypatch.setattr(attention, "explain_cascade", lambda *a: explains.append(a))
+    for _layer in range(4):
+        decode(case, OFF)
+    assert decides == [] and explains == []
+
+
+def test_one_scan_per_step_for_every_layer(rng, monkeypatch):
+    case = mixed_batch(rng, block_size=16)
+    scans = []
+    real = cascade.decide
+    monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a) or real(*a))
+    builder = CsrBuilder(16)
+    tables = [case.host.pages(r).tolist() for r in range(case.host.num_rows)]
+    tokens = case.host.num_tokens() + case.host.first_page_offset
+    offsets = case.host.first_page_offset.tolist()
+    metrics = EngineMetrics()
+    for step, key in enumerate(["layout-a", "layout-a", "layout-b"]):
+        csr = builder.build(key, tables, tokens.tolist(), offsets)
+        for _layer in range(6):
+            paged_decode_attention(case.q, case.k_pool, case.v_pool, csr, scale=case.scale, config=ON,
+                                   metrics=metrics)
+        # Unchanged layout (same key) reuses the plan; a new layout scans once.
+        assert len(scans) == (1 if step < 2 else 2)
+    assert launches(metrics, "cascade") == 18
+
+
+def test_multi_token_steps_take_the_gather_path_without_the_planner(rng, monkeypatch):
+    case = mixed_batch(rng, block_size=16, group=4)
+    scans = []
+    monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a))
+    metrics = EngineMetrics()
+    q = mx.array(rng.standard_normal((6, 8, 3, 64)).astype(np.float32))
+    o = decode(case, ON, metrics, q=q)
+    assert scans == [] and metrics.last_outcome.kind == "gather"
+    assert launches(metrics, "gather") == 1 and launches(metrics, "fused_v2") == 0
+    np.testing.assert_allclose(np.array(o), reference_prefill(q, case.k_pool, case.v_pool, case.host, case.scale),
+                               atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("length", [1, 5])
+def test_gather_path_matches_reference(rng, group, length):
+    case = mixed_batch(rng, block_size=16, group=group, head_dim=64)
+    q = mx.array(rng.standard_normal((6, 2 * group, length, 64)).astype(np.float32))
+    o = paged_prefill_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+    assert o.shape == q.shape
+    np.testing.assert_allclose(np.array(o), reference_prefill(q, case.k_pool, case.v_pool, case.host, case.scale),
+                               atol=ATOL, rtol=0)
+
+
+def test_gather_path_refuses_rows_shorter_than_their_queries(rng):
+    ids = fresh_blocks(rng, 4)
+    case = make_case(rng, [ids[:1], ids[1:3]], [3, 20], block_size=16)
+    q = mx.zeros((2, 8, 4, 64))
+    with pytest.raises(ValueError, match="at least its 4 query tokens"):
+        paged_prefill_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+
+
+def test_mlx_lm_query_shape_is_accepted(rng):
+    case = mixed_batch(rng, block_size=16, group=4)
+    o = decode(case, ON, q=case.q[:, :, None, :])
+    assert o.shape == (6, 8, 1, 64)
+    np.testing.assert_allclose(np.array(o[:, :, 0]), np.array(decode(case, ON)), atol=0, rtol=0)
+
+
+def test_a_failing_cascade_falls_back_to_flat_in_the_same_step(rng, monkeypatch, caplog):
+    case = mixed_batch(rng, block_size=16, group=4)
+    metrics = EngineMetrics()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected level-0 fault")
+
+    monkeypatch.setattr(attention, "cascade_launch", broken)
+    monkeypatch.setattr(attention, "_logged_outcomes", set())
+    with caplog.at_level(logging.INFO, logger="mlxcel.engine.attention"):
+        o = decode(case, ON, metrics)
+        decode(case, ON, metrics)
+    np.testing.assert_allclose(np.array(o), np.array(decode(case, OFF)), atol=0, rtol=0)
+    assert sample(metrics, "mlxcel_cascade_failures_total") == 2
+    assert launches(metrics, "fused_v2") == 2 and launches(metrics, "cascade") == 0
+    outcome = metrics.last_outcome
+    assert outcome.kind == "cascade_fallback" and outcome.path == "fused_v2"
+    assert outcome.plan == CascadePlan([0, 1, 2], 5) and "injected level-0 fault" in outcome.reason
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "injected level-0 fault" in warnings[0].getMessage()
+
+
+def test_metrics_count_every_launch(rng):
+    case = mixed_batch(rng, block_size=16, group=4)
+    metrics = EngineMetrics()
+    for _layer in range(3):
+        decode(case, ON, metrics)
+    decode(case, OFF, metrics)
+    assert launches(metrics, "fused_v2") == 4 and launches(metrics, "cascade") == 3
+    assert sample(metrics, "mlxcel_cascade_shared_tokens_total") == 3 * 5 * 16
+    assert sample(metrics, "mlxcel_cascade_member_sequences_total") == 3 * 3
+    assert sample(metrics, "mlxcel_cascade_failures_total") == 0
+    assert metrics.last_outcome.kind == "flat" and metrics.last_outcome.reason == "cascade off"
+    # A declined plan still runs fused_v2 and says why.
+    decode(case, CascadeConfig(enabled=True, min_shared_pages=6), metrics)
+    assert metrics.last_outcome.reason.startswith("best subgroup shares 5 pages < min_shared_pages 6")
+    assert launches(metrics, "fused_v2") == 5 and launches(metrics, "cascade") == 3
+
+
+def test_each_outcome_is_logged_once(rng, monkeypatch, caplog):
+    case = mixed_batch(rng, block_size=16, group=4)
+    monkeypatch.setattr(attention, "_logged_outcomes", set())
+    with caplog.at_level(logging.INFO, logger="mlxcel.engine.attention"):
+        for _ in range(3):
+            decode(case, ON)
+            decode(case, OFF)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "paged decode v2: fused v2 cascade launch (batch 6, 3 of them sharing 5 pages / 80 KV tokens read once; "
+        "portable kernels)",
+        "paged decode v2: fused v2 flat launch (batch 6; cascade off; portable kernels)",
+    ]
+
+
+def test_live_config_changes_apply_on_the_next_step(rng):
+    case = mixed_batch(rng, block_size=16, group=4)
+    config, metrics = CascadeConfig(enabled=False, min_shared_pages=2), EngineMetrics()
+    decode(case, config, metrics)
+    assert metrics.last_outcome.kind == "flat"
+    config.update(enabled=True)
+    decode(case, config, metrics)
+    assert metrics.last_outcome.kind == "cascade"
+    config.update(min_shared_pages=6)           # same view, new thresholds: a fresh decision
+    decode(case, config, metrics)
+    assert metrics.last_outcome.kind == "flat" and "min_shared_pages 6" in metrics.last_outcome.reason
