@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mlx.core as mx
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -122,6 +123,11 @@ class _EngineCollector:
                                 value=len(sched.running) + (1 if sched.prefilling else 0))
         yield GaugeMetricFamily("mlxcel_cascade_enabled", "1 while cascade attention is enabled",
                                 value=int(self.engine.cascade.enabled))
+        yield GaugeMetricFamily("mlxcel_mlx_active_memory_bytes", "MLX memory this process holds now",
+                                value=mx.get_active_memory())
+        yield GaugeMetricFamily("mlxcel_mlx_peak_memory_bytes",
+                                "Most MLX memory this process has held (mx.get_peak_memory)",
+                                value=mx.get_peak_memory())
 
 
 POOL_STATE_HELP = {
