@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Callable
 
 import mlx.core as mx
@@ -68,6 +69,17 @@ class Engine:
     @property
     def tokenizer(self):
         return self.loaded.tokenizer
+
+    @property
+    def snapshot(self) -> EngineSnapshot:
+        """The snapshot published after the last step, with the cascade settings
+        and pause state as they are now: both change between steps, and an idle
+        or paused engine publishes no step."""
+        return replace(self._snapshot, cascade=self.cascade.as_dict(), paused=self.paused)
+
+    @snapshot.setter
+    def snapshot(self, snapshot: EngineSnapshot) -> None:
+        self._snapshot = snapshot
 
     # -- requests (any thread) ------------------------------------------
 
