@@ -9,13 +9,14 @@ cascade arm pays the detection scan and the level-1 layout derivation every
 step: the worst case for the overhead gate, where a real engine reuses them
 while block tables are unchanged. Both arms' outputs are compared (and checked
 against the float64 reference) before any timing is trusted. Arms are
-interleaved rep by rep so drift hits both alike; each figure is the median over
+interleaved step by step so drift hits both alike; each figure is the median over
 reps of the per-step mean.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -23,11 +24,13 @@ import time
 import mlx.core as mx
 import numpy as np
 
-from mlxcel.engine.attention import paged_decode_attention
+from mlxcel.engine.attention import cascade_layout, paged_decode_attention
+from mlxcel.engine.cascade import explain_cascade, plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.kernels import PagedCsrView, backend_name
 from mlxcel.kernels.csr import HostCsr, host_csr
+from mlxcel.kernels.portable import page_tiles
 from mlxcel.kernels.reference import reference_decode
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -77,6 +80,12 @@ class Cell:
         return (time.perf_counter() - start) / steps
 
 
+def load() -> str:
+    """1-minute load average after a cell: above ~1 (this process) means
+    something else shared the cores while it ran."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
 def launch_stats(metrics: EngineMetrics) -> str:
     def value(name: str, labels: dict | None = None) -> float:
         return metrics.registry.get_sample_value(name, labels or {}) or 0.0
@@ -93,15 +102,48 @@ def launch_stats(metrics: EngineMetrics) -> str:
 
 def compare_arms(cell: Cell, arms: dict[str, CascadeConfig], args,
                  reps: int) -> tuple[dict[str, list[float]], dict[str, EngineMetrics]]:
+    """Per-rep mean step time of each arm. Arms alternate step by step (in
+    alternating order), so drift and noisy neighbours hit both alike."""
     metrics = {name: EngineMetrics() for name in arms}
     for name, config in arms.items():
         for _ in range(args.warmup):
             cell.step(config, metrics[name])
+    names = list(arms)
     times: dict[str, list[float]] = {name: [] for name in arms}
     for _ in range(reps):
-        for name, config in arms.items():
-            times[name].append(cell.time_steps(config, metrics[name], args.steps))
+        total = dict.fromkeys(names, 0.0)
+        for i in range(args.steps):
+            for name in (names if i % 2 == 0 else names[::-1]):
+                start = time.perf_counter()
+                cell.step(arms[name], metrics[name])
+                total[name] += time.perf_counter() - start
+        for name in names:
+            times[name].append(total[name] / args.steps)
     return times, metrics
+
+
+def gathered_mb(cell: Cell, config: CascadeConfig) -> float:
+    """K and V bytes one step gathers, padding included."""
+    view = PagedCsrView.from_host(cell.host)
+    plan = plan_cascade(view, config) if config.enabled else None
+    if plan is None:
+        views = [view]
+    else:
+        layout = cascade_layout(view, plan)
+        views = [layout.shared, layout.private_view(view)]
+    page_bytes = cell.k_pool[0].nbytes
+    return sum(2 * page_bytes * t.num_tiles * t.width for t in map(page_tiles, views)) / 1e6
+
+
+def scan_seconds(cell: Cell, config: CascadeConfig, repeats: int = 200) -> float:
+    """Median time of the detection scan on a fresh layout (what the on arm adds)."""
+    samples = []
+    for _ in range(repeats):
+        view = PagedCsrView.from_host(cell.host)
+        start = time.perf_counter()
+        explain_cascade(view, config.snapshot())
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
 
 
 def sweep(args) -> None:
@@ -111,9 +153,9 @@ def sweep(args) -> None:
           f"block {args.block_size}, {args.dtype} pool, tail {args.tail}; steps {args.steps}, warmup "
           f"{args.warmup}, reps {args.reps}; {backend_name()} kernels, MLX {mx.__version__}, "
           f"{mx.default_device()}, {platform.machine()}\n")
-    print("| shared | batch | flat ms | cascade ms | flat/cascade | max abs diff flat vs cascade "
-          "| cascade vs f64 ref | flat arm launches | cascade arm launches |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shared | batch | flat ms | cascade ms | flat/cascade | KV MB gathered flat / cascade "
+          "| max abs diff flat vs cascade | cascade vs f64 ref | flat arm launches | cascade arm launches | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shared in args.shared:
         for batch in args.batches:
             cell = Cell(args, shared, batch, sharing=True)
@@ -126,14 +168,16 @@ def sweep(args) -> None:
                 raise SystemExit(f"arms disagree at shared {shared} batch {batch}: {diff:.3g} / {ref:.3g}")
             times, metrics = compare_arms(cell, {"flat": off, "cascade": on}, args, args.reps)
             f, c = statistics.median(times["flat"]), statistics.median(times["cascade"])
-            print(f"| {shared} | {batch} | {f * 1e3:.2f} | {c * 1e3:.2f} | {f / c:.2f}x | {diff:.2e} | {ref:.2e} "
-                  f"| {launch_stats(metrics['flat'])} | {launch_stats(metrics['cascade'])} |", flush=True)
+            mb = f"{gathered_mb(cell, off):.1f} / {gathered_mb(cell, on):.1f}"
+            print(f"| {shared} | {batch} | {f * 1e3:.2f} | {c * 1e3:.2f} | {f / c:.2f}x | {mb} | {diff:.2e} | {ref:.2e} "
+                  f"| {launch_stats(metrics['flat'])} | {launch_stats(metrics['cascade'])} | {load()} |", flush=True)
             del cell
 
     print("\n## No-sharing overhead gate (same shapes, every row its own pages; cascade off vs on = "
           "without vs with the detection scan)\n")
-    print("| shared | batch | off ms | on ms | overhead | reps off | reps on | on-arm launches |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shared | batch | off ms | on ms | overhead | scan us/step | scan share of step "
+          "| reps off ms | reps on ms | on-arm launches | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shared in args.shared:
         for batch in args.batches:
             cell = Cell(args, shared, batch, sharing=False)
@@ -141,8 +185,10 @@ def sweep(args) -> None:
             a, b = statistics.median(times["off"]), statistics.median(times["on"])
             reps_off = " ".join(f"{t * 1e3:.1f}" for t in times["off"])
             reps_on = " ".join(f"{t * 1e3:.1f}" for t in times["on"])
+            scan = scan_seconds(cell, on)
             print(f"| {shared} | {batch} | {a * 1e3:.2f} | {b * 1e3:.2f} | {(b / a - 1) * 100:+.2f}% "
-                  f"| {reps_off} | {reps_on} | {launch_stats(metrics['on'])} |", flush=True)
+                  f"| {scan * 1e6:.0f} | {scan / a * 100:.3f}% | {reps_off} | {reps_on} "
+                  f"| {launch_stats(metrics['on'])} | {load()} |", flush=True)
             del cell
 
 
