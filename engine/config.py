@@ -69,9 +69,11 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     text = env.get(name)
     if text is None or not text.strip():
         return default
+    digits = text.strip()
+    # Plain ASCII digits only: int() would also take "+8", "1_000" and other scripts' digits.
     try:
-        value = int(text.strip())
-    except ValueError:
+        value = int(digits) if digits.isascii() and digits.isdigit() else None
+    except ValueError:  # more digits than int() converts
         value = None
     if value is None or value < minimum:
         _warn_once(name, text, default)

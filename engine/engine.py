@@ -32,6 +32,10 @@ EventCallback = Callable[[Sequence, "int | None", "str | None"], None]
 RECENT_STEPS = 512
 
 
+class EngineClosed(RuntimeError):
+    """The engine is shutting down and takes no new requests."""
+
+
 class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None,
                  cascade: CascadeConfig | None = None, metrics: EngineMetrics | None = None) -> None:
@@ -50,10 +54,12 @@ class Engine:
         self.device = str(mx.default_device())
         self._callbacks: dict[int, EventCallback] = {}
         self._submitted_at: dict[int, float] = {}
-        self._inbox: deque[tuple[str, Sequence]] = deque()
+        self._inbox: deque[tuple[str, Sequence | None]] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._closed = False
+        self._close_reason = "cancelled"
         self.paused = False
         self.step_count = 0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
@@ -85,22 +91,34 @@ class Engine:
 
     def submit(self, token_ids: list[int], params: SamplingParams | None = None,
                on_event: EventCallback | None = None, label: str = "") -> Sequence:
-        """Queue a request; raises RequestRejected (nothing queued) if it can never fit."""
+        """Queue a request; raises RequestRejected (nothing queued) if it can never
+        fit, EngineClosed once the engine is shutting down."""
         if not token_ids:
             raise ValueError("a request needs at least one prompt token")
         seq = Sequence(list(token_ids), params or SamplingParams(), label=label)
         self.scheduler.check(len(seq) + seq.params.max_tokens)
-        if on_event:
-            self._callbacks[seq.id] = on_event
-        self._submitted_at[seq.id] = time.perf_counter()
-        self._post("add", seq)
+        with self._wake:  # checked and queued at once, so close() ends every request it let in
+            if self._closed:
+                raise EngineClosed("the engine is shutting down; it takes no new requests")
+            if on_event:
+                self._callbacks[seq.id] = on_event
+            self._submitted_at[seq.id] = time.perf_counter()
+            self._post("add", seq)
         return seq
 
     def cancel(self, seq: Sequence) -> None:
         """Stop a request; its pages are released at the next step boundary."""
         self._post("cancel", seq)
 
-    def _post(self, op: str, seq: Sequence) -> None:
+    def close(self, reason: str = "cancelled") -> None:
+        """Take no new requests; end every queued or running one with `reason`
+        at the next step boundary (even while paused)."""
+        with self._wake:
+            self._closed = True
+            self._close_reason = reason
+            self._post("close", None)
+
+    def _post(self, op: str, seq: Sequence | None) -> None:
         with self._wake:
             self._inbox.append((op, seq))
             self._wake.notify()
@@ -110,6 +128,8 @@ class Engine:
             op, seq = self._inbox.popleft()
             if op == "add":
                 self.scheduler.add(seq)
+            elif op == "close":
+                self._finish_all(self._close_reason)
             elif not seq.is_finished:
                 self._finish(seq, "cancelled")
 
@@ -271,13 +291,16 @@ class Engine:
             self._thread = None
 
     def shutdown(self, reason: str = "cancelled") -> None:
-        """Stop the thread and end every queued or running request with `reason`."""
+        """Close, stop the thread and end every queued or running request with `reason`."""
+        self.close(reason)
         self.stop()
         self._drain_inbox()
+        self.snapshot = self._build_snapshot()
+
+    def _finish_all(self, reason: str) -> None:
         sched = self.scheduler
         for seq in [*([sched.prefilling] if sched.prefilling else []), *sched.running, *sched.waiting]:
             self._finish(seq, reason)
-        self.snapshot = self._build_snapshot()
 
     def set_paused(self, paused: bool) -> None:
         with self._wake:
@@ -287,11 +310,16 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and (self.paused or not (self._inbox or self.scheduler.has_work)):
+                while not self._stopping and not self._inbox and (self.paused or not self.scheduler.has_work):
                     self._wake.wait(0.5)
                 if self._stopping:
                     return
-            self.step()
+                paused = self.paused
+            if paused:  # no steps, but cancellations still release their pages
+                self._drain_inbox()
+                self.snapshot = self._build_snapshot()
+            else:
+                self.step()
 
     def run_until_idle(self, max_steps: int | None = None) -> None:
         """Step on the calling thread until nothing is left (tests, `mlxcel stats --run`)."""

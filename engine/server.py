@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
-import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .config import ConfigError
-from .engine import Engine
+from .engine import Engine, EngineClosed
+from .limits import ServerLimits
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
 from .sessions import SessionManager
@@ -31,13 +30,7 @@ from .sessions import SessionManager
 log = logging.getLogger("mlxcel.server")
 
 DEFAULT_MAX_TOKENS = 256
-
-
-@dataclass
-class ServerLimits:
-    max_prompt_tokens: int = 32768
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_completion_tokens: int = 8192
+MAX_SEED = 2**64 - 1  # mx.random.key takes an unsigned 64-bit seed
 
 
 class ApiError(Exception):
@@ -82,9 +75,7 @@ def sampling_from_body(body: dict, limits: ServerLimits) -> SamplingParams:
                          limits.max_completion_tokens, integer=True)
     n = _number(body, "n", 1, 1, 1, integer=True)
     del n  # only one choice per request
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ApiError(400, "'seed' must be an integer", "seed")
+    seed = _number(body, "seed", None, 0, MAX_SEED, integer=True)
     ignore_eos = body.get("ignore_eos", False)  # vLLM's extension, for benchmarks
     if not isinstance(ignore_eos, bool):
         raise ApiError(400, "'ignore_eos' must be a boolean", "ignore_eos")
@@ -115,7 +106,7 @@ class OpenAIServer:
             Route("/v1/cascade", self.cascade, methods=["GET", "POST"]),
             Route("/v1/sessions", self.control_sessions, methods=["GET", "POST"]),
             Route("/v1/engine", self.control_engine, methods=["GET", "POST"]),
-        ], exception_handlers={ApiError: lambda request, err: err.response()})
+        ], exception_handlers={ApiError: lambda request, err: err.response(), HTTPException: _http_error})
         self.app.add_middleware(_Guard, server=self)
 
     # -- plumbing -----------------------------------------------------------
@@ -124,14 +115,14 @@ class OpenAIServer:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise ApiError(413, f"request body over {self.limits.max_body_bytes} bytes")
-        raw = b""
+        raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > self.limits.max_body_bytes:
                 raise ApiError(413, f"request body over {self.limits.max_body_bytes} bytes")
         try:
             body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (ValueError, RecursionError) as err:  # syntax, encoding, an over-long integer, deep nesting
             raise ApiError(400, f"malformed JSON body: {err}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the JSON body must be an object")
@@ -164,7 +155,16 @@ class OpenAIServer:
             seq = self.engine.submit(ids, params, on_event, label="http")
         except RequestRejected as err:
             raise ApiError(400, str(err), "max_tokens") from None
+        except EngineClosed as err:
+            raise ApiError(503, str(err), kind="server_error") from None
         return seq, queue
+
+    def drain(self) -> None:
+        """Shutdown has begun: stop the built-in sessions, refuse new requests and
+        end every in-flight one with finish reason "cancelled" at the next step."""
+        if self.sessions is not None:
+            self.sessions.remove(len(self.sessions.sessions))
+        self.engine.close("cancelled")
 
     async def _events(self, seq: Sequence, queue: asyncio.Queue, stop: list[str]):
         """Yield (text delta, finish reason) pairs; cancels the sequence if abandoned."""
@@ -323,6 +323,14 @@ class OpenAIServer:
         return JSONResponse({"paused": self.engine.paused})
 
 
+def _http_error(request: Request, err: HTTPException) -> Response:
+    """Starlette's own refusals (no such route, wrong method) as OpenAI-style bodies."""
+    kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+    response = ApiError(err.status_code, err.detail, kind=kind).response()
+    response.headers.update(err.headers or {})
+    return response
+
+
 async def _until_disconnect(request: Request, events):
     """Iterate events, abandoning them (and so cancelling the sequence) if the client leaves."""
     watcher = asyncio.ensure_future(_wait_disconnect(request))
@@ -363,20 +371,3 @@ class _Guard:
                                kind="authentication_error").response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def check_bind(host: str, api_key: str | None) -> None:
-    """Refuse to listen beyond loopback without an API key."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback and not api_key:
-        raise ValueError(f"refusing to bind {host} without an API key: set --api-key or MLXCEL_API_KEY "
-                         "(only loopback addresses may serve without one)")
-
-
-def make_uvicorn(app, host: str, port: int) -> uvicorn.Server:
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                            timeout_graceful_shutdown=5)
-    return uvicorn.Server(config)

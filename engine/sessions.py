@@ -7,7 +7,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from .engine import Engine
+from .engine import Engine, EngineClosed
 from .sequence import SamplingParams, Sequence
 
 
@@ -80,7 +80,10 @@ class SessionManager:
         prompt = chat_prompt(self.engine.tokenizer, self.system_prompt, self.question_for(session))
         # Under the lock, so a fast finish event cannot look for session.current before it is set.
         with self._lock:
-            session.current = self.engine.submit(prompt, self.params, self._on_event, label=session.label)
+            try:
+                session.current = self.engine.submit(prompt, self.params, self._on_event, label=session.label)
+            except EngineClosed:  # shutting down: this session asks no more
+                session.active = False
 
     def _on_event(self, seq: Sequence, token: int | None, reason: str | None) -> None:
         if reason is None:

@@ -6,9 +6,12 @@ import logging
 import os
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 import click
+
+from mlxcel.engine.limits import ServerLimits
 
 from . import blas
 
@@ -22,9 +25,9 @@ class CliError(click.ClickException):
 # -- shared options ---------------------------------------------------------
 
 def cascade_options(f):
-    f = click.option("--min-members", type=int, default=None,
+    f = click.option("--min-members", type=click.IntRange(2), default=None,
                      help="Fewest sequences a cascade subgroup needs [env MLXCEL_CASCADE_MIN_MEMBERS, 2].")(f)
-    f = click.option("--min-shared-pages", type=int, default=None,
+    f = click.option("--min-shared-pages", type=click.IntRange(1), default=None,
                      help="Fewest shared pages to cascade [env MLXCEL_CASCADE_MIN_SHARED_PAGES, 16].")(f)
     f = click.option("--cascade/--no-cascade", default=None,
                      help="Cascade attention on or off [env MLXCEL_CASCADE_ATTENTION, off].")(f)
@@ -36,7 +39,7 @@ def session_options(f):
                      help="Tokens each session turn generates.")(f)
     f = click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
                      help="Use a synthetic system prompt of about this many tokens.")(f)
-    f = click.option("--system-prompt", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    f = click.option("--system-prompt", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
                      help="File holding the shared system prompt.")(f)
     f = click.option("--sessions", type=click.IntRange(0, 1024), default=4, show_default=True,
                      help="Built-in client sessions sharing the system prompt.")(f)
@@ -52,6 +55,14 @@ def pool_options(f):
     return f
 
 
+def limit_options(f):
+    f = click.option("--max-body-bytes", type=click.IntRange(1), default=ServerLimits.max_body_bytes,
+                     show_default=True, help="Largest request body the server reads (413 beyond).")(f)
+    f = click.option("--max-prompt-tokens", type=click.IntRange(1), default=ServerLimits.max_prompt_tokens,
+                     show_default=True, help="Longest prompt a request may send, in tokens (400 beyond).")(f)
+    return f
+
+
 def debug_option(f):
     return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
 
@@ -61,22 +72,18 @@ def debug_option(f):
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
                  block_size: int = 32):
-    from mlxcel.engine.config import CascadeConfig, ConfigError, EngineConfig
+    from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
     from mlxcel.engine.model import ModelLoadError, load_model
     from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, default_model_path
 
     config = CascadeConfig.from_env()
-    changes = {k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
-                                 ("min_members", min_members)) if v is not None}
-    try:
-        config.update(**changes)
-    except ConfigError as err:
-        raise click.BadParameter(str(err)) from None
+    config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
+                                       ("min_members", min_members)) if v is not None})
     try:
         loaded = load_model(model) if model else load_model(default_model_path(), DEFAULT_MODEL_NAME)
     except ModelLoadError as err:
-        raise CliError(str(err)) from None
+        raise CliError(str(err)) from err
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
@@ -93,7 +100,7 @@ def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens:
         try:
             return system_prompt.read_text()
         except (OSError, UnicodeDecodeError) as err:
-            raise CliError(f"cannot read --system-prompt {system_prompt}: {err}") from None
+            raise CliError(f"cannot read --system-prompt {system_prompt}: {err}") from err
     if shared_prefix_tokens:
         return synthetic_system_prompt(engine.tokenizer, shared_prefix_tokens, DEFAULT_SYSTEM_PROMPT)
     return DEFAULT_SYSTEM_PROMPT
@@ -137,32 +144,44 @@ def tui():
 @cascade_options
 @session_options
 @pool_options
+@limit_options
 @debug_option
 def serve(model, host, port, api_key, headless, cascade, min_shared_pages, min_members, sessions,
-          system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb, block_size, debug):
+          system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb, block_size,
+          max_prompt_tokens, max_body_bytes, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
     MODEL is a local model directory (an mlx-community conversion, say);
     without it the embedded tiny Qwen3 model is used.
     """
-    from mlxcel.engine.server import OpenAIServer, check_bind, make_uvicorn
+    from mlxcel.engine.listen import bind_socket, check_bind, make_uvicorn
+    from mlxcel.engine.server import OpenAIServer
 
     try:
         check_bind(host, api_key)
     except ValueError as err:
-        raise CliError(str(err)) from None
-    configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
-    engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb, block_size)
-    prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
-    server = OpenAIServer(engine, engine.loaded.name, api_key=api_key)
-    uv = make_uvicorn(server.app, host, port)
-    try:
-        uv_socket = uv.config.bind_socket()
-    except (OSError, SystemExit) as err:
-        raise CliError(f"cannot listen on {host}:{port}: {err}") from None
-    engine.start()
-    server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
-    url = f"http://{host}:{uv_socket.getsockname()[1]}"
+        raise CliError(str(err)) from err
+    try:  # before the model loads, so a port in use fails fast
+        uv_socket = bind_socket(host, port)
+    except OSError as err:
+        raise CliError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+    with uv_socket:
+        configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
+        engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb, block_size)
+        prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
+        server = OpenAIServer(engine, engine.loaded.name, api_key=api_key,
+                              limits=ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes))
+        uv = make_uvicorn(server.app, on_shutdown=server.drain)
+        engine.start()
+        server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
+        run_server(engine, server, uv, uv_socket, headless)
+
+
+def run_server(engine, server, uv, uv_socket, headless: bool) -> None:
+    """Serve until Ctrl-C or SIGTERM (headless) or the dashboard quits, then end every request."""
+    from mlxcel.engine.listen import url_of
+
+    url = url_of(uv_socket)
     try:
         if headless:
             click.echo(f"mlxcel: serving {engine.loaded.name} on {url} (Ctrl-C stops)", err=True)
@@ -212,31 +231,42 @@ from .stats import stats  # noqa: E402  (the command lives in its own module)
 mlxcel.add_command(stats)
 
 
-def _main(group) -> None:
-    blas.reexec_with_openblas()
-    debug = "--debug" in sys.argv
+def run(group: click.Group, args: list[str], prog_name: str) -> int:
+    """Run one command line and return its exit status. Any error is one line on
+    stderr; --debug prints the traceback before it."""
+    debug = "--debug" in args
     try:
-        group.main(standalone_mode=False)
+        status = group.main(args, prog_name=prog_name, standalone_mode=False)
+        return status if isinstance(status, int) else 0
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
-    except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
+        return 130
     except KeyboardInterrupt:
-        sys.exit(130)
+        return 130
+    except click.ClickException as err:
+        _error_line(err.format_message() + _usage_hint(err), debug)
+        return err.exit_code
     except Exception as err:
-        if debug:
-            raise
-        click.echo(f"Error: {err} (run with --debug for the traceback)", err=True)
-        sys.exit(1)
+        _error_line(f"{err} (run with --debug for the traceback)", debug)
+        return 1
+
+
+def _usage_hint(err: click.ClickException) -> str:
+    ctx = getattr(err, "ctx", None)
+    return f" (see '{ctx.command_path} --help')" if isinstance(err, click.UsageError) and ctx else ""
+
+
+def _error_line(message: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    click.echo("Error: " + " ".join(message.split()), err=True)
 
 
 def tui_main() -> None:
-    _main(tui)
+    blas.reexec_with_openblas()
+    sys.exit(run(tui, sys.argv[1:], "mlxcel-tui"))
 
 
 def mlxcel_main() -> None:
-    _main(mlxcel)
+    blas.reexec_with_openblas()
+    sys.exit(run(mlxcel, sys.argv[1:], "mlxcel"))

@@ -6,15 +6,17 @@ import contextlib
 import threading
 import time
 
-from mlxcel.engine.server import OpenAIServer, make_uvicorn
+from mlxcel.engine.listen import bind_socket, make_uvicorn, url_of
+from mlxcel.engine.server import OpenAIServer
 
 
 @contextlib.contextmanager
 def running_server(engine, sessions=None, api_key=None, limits=None):
-    """Yield (base url, OpenAIServer) while the engine and uvicorn run."""
+    """Yield (base url, OpenAIServer) while the engine and uvicorn run; on the
+    way out the server drains as `serve` does (every request ends "cancelled")."""
     server = OpenAIServer(engine, engine.loaded.name, sessions=sessions, api_key=api_key, limits=limits)
-    uv = make_uvicorn(server.app, "127.0.0.1", 0)
-    sock = uv.config.bind_socket()
+    uv = make_uvicorn(server.app, on_shutdown=server.drain)
+    sock = bind_socket("127.0.0.1", 0)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     engine.start()
     thread.start()
@@ -22,7 +24,7 @@ def running_server(engine, sessions=None, api_key=None, limits=None):
     while not uv.started and time.monotonic() < deadline:
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
+        yield url_of(sock), server
     finally:
         uv.should_exit = True
         thread.join(10)
