@@ -94,8 +94,6 @@ def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens:
     from mlxcel.engine.sessions import synthetic_system_prompt
     from mlxcel.engine.tiny_model import DEFAULT_SYSTEM_PROMPT
 
-    if system_prompt and shared_prefix_tokens:
-        raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
     if system_prompt:
         try:
             return system_prompt.read_text()
@@ -155,8 +153,9 @@ def serve(model, host, port, api_key, headless, cascade, min_shared_pages, min_m
     without it the embedded tiny Qwen3 model is used.
     """
     from mlxcel.engine.listen import bind_socket, check_bind, make_uvicorn
-    from mlxcel.engine.server import OpenAIServer
 
+    if system_prompt and shared_prefix_tokens:
+        raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
     try:
         check_bind(host, api_key)
     except ValueError as err:
@@ -166,6 +165,8 @@ def serve(model, host, port, api_key, headless, cascade, min_shared_pages, min_m
     except OSError as err:
         raise CliError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
     with uv_socket:
+        from mlxcel.engine.server import OpenAIServer
+
         configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
         engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb, block_size)
         prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)

@@ -1,0 +1,64 @@
+"""The real console scripts in a subprocess, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+SCRIPTS = Path(sys.executable).parent
+SERVING_LINE = re.compile(r"serving \S+ on (http://\S+)")
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLXCEL_")}
+    return env | {"MLXCEL_HOME": str(home), "MLXCEL_OPENBLAS": "0", "HF_HUB_OFFLINE": "1"} | extra
+
+
+def run_cli(script: str, args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPTS / script), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class ServeProcess:
+    """`mlxcel-tui serve --headless ...` running; `url` once it says where it serves."""
+
+    def __init__(self, args: list[str], env: dict[str, str], timeout: float = 60) -> None:
+        self.proc = subprocess.Popen([str(SCRIPTS / "mlxcel-tui"), "serve", "--headless", *args], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.url = self._wait_for_url(timeout)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            self.lines.put(line)
+
+    def _wait_for_url(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                match = SERVING_LINE.search(self.lines.get(timeout=0.2))
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if match:
+                return match.group(1)
+        self.kill()
+        raise RuntimeError("serve did not start:\n" + "".join(self.stderr))
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

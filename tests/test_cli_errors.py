@@ -1,0 +1,131 @@
+"""A bad command line ends with one clear line and a non-zero status, never a
+traceback (unless --debug asks for it)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from cli_process import cli_env, run_cli
+
+from mlxcel_tui import cli
+
+
+@pytest.fixture
+def run_tui(monkeypatch, capsys):
+    """Run `mlxcel-tui ARGS` in this process: (status, stderr lines)."""
+    monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)  # keep pytest's handlers
+
+    def run(*args: str) -> tuple[int, list[str]]:
+        status = cli.run(cli.tui, list(args), "mlxcel-tui")
+        return status, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+    return run
+
+
+def model_dir(tmp_path, config) -> str:
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return str(path)
+
+
+@pytest.fixture
+def busy_port():
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        yield sock.getsockname()[1]
+
+
+def assert_one_error_line(status, lines, *fragments):
+    assert status != 0
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("Error: ") and "Traceback" not in lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_missing_model_directory(run_tui, tmp_path):
+    status, lines = run_tui("serve", str(tmp_path / "nowhere"), "--headless", "--port", "0")
+    assert_one_error_line(status, lines, "model directory not found", "nowhere")
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ("{not json", "malformed"),
+    ({"hidden_size": 64}, "malformed"),                   # no model_type
+    ({"model_type": "gpt2"}, "'gpt2' is not supported"),
+    ({"model_type": "llama"}, "could not load"),          # a supported type without weights
+])
+def test_malformed_or_unsupported_model_directory(run_tui, tmp_path, config, fragment):
+    status, lines = run_tui("serve", model_dir(tmp_path, config), "--headless", "--port", "0")
+    assert_one_error_line(status, lines, fragment)
+
+
+def test_directory_without_config(run_tui, tmp_path):
+    status, lines = run_tui("serve", str(tmp_path), "--headless", "--port", "0")
+    assert_one_error_line(status, lines, "no config.json")
+
+
+def test_port_in_use(run_tui, busy_port):
+    status, lines = run_tui("serve", "--headless", "--port", str(busy_port))
+    assert_one_error_line(status, lines, f"cannot listen on 127.0.0.1:{busy_port}", "in use")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--min-members", "1"], "'--min-members': 1 is not in the range x>=2"),
+    (["--min-shared-pages", "0"], "'--min-shared-pages'"),
+    (["--system-prompt", "/nonexistent/prompt.txt"], "'--system-prompt'"),
+    (["--system-prompt", "/etc/hostname", "--shared-prefix-tokens", "8"], "not both"),
+    (["--port", "70000"], "'--port'"),
+    (["--port", "eighty"], "'--port'"),
+    (["--max-prompt-tokens", "0"], "'--max-prompt-tokens'"),
+    (["--max-body-bytes", "-1"], "'--max-body-bytes'"),
+    (["--block-size", "0"], "'--block-size'"),
+    (["--kv-blocks", "0"], "'--kv-blocks'"),
+    (["--sessions", "-1"], "'--sessions'"),
+    (["--bogus-option"], "No such option"),
+    (["--host", "0.0.0.0"], "refusing to bind 0.0.0.0 without an API key"),
+    (["--host", "192.0.2.1", "--api-key", ""], "refusing to bind"),
+])
+def test_bad_option_values(run_tui, args, fragment):
+    status, lines = run_tui("serve", "--headless", *args)
+    assert_one_error_line(status, lines, fragment)
+
+
+def test_unknown_command(run_tui):
+    status, lines = run_tui("frobnicate")
+    assert_one_error_line(status, lines, "No such command")
+
+
+def test_debug_shows_the_traceback(run_tui, tmp_path):
+    status, lines = run_tui("serve", model_dir(tmp_path, {"model_type": "gpt2"}), "--debug", "--port", "0")
+    assert status == 1
+    text = "\n".join(lines)
+    assert "Traceback (most recent call last)" in text and "ModelLoadError" in text
+    assert lines[-1].startswith("Error: model type 'gpt2' is not supported")
+
+
+def test_help_still_exits_zero(run_tui, capsys):
+    assert cli.run(cli.tui, ["serve", "--help"], "mlxcel-tui") == 0
+    help_text = capsys.readouterr().out
+    assert "--max-prompt-tokens" in help_text and "--max-body-bytes" in help_text
+
+
+# -- the real console scripts ---------------------------------------------------
+
+def test_console_script_missing_model(mlxcel_home, tmp_path):
+    done = run_cli("mlxcel-tui", ["serve", str(tmp_path / "nowhere"), "--headless"], cli_env(mlxcel_home))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and "model directory not found" in lines[0], done.stderr
+
+
+def test_console_script_port_in_use(mlxcel_home, busy_port):
+    done = run_cli("mlxcel-tui", ["serve", "--headless", "--port", str(busy_port)], cli_env(mlxcel_home))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and "cannot listen" in lines[0], done.stderr
+
+
+def test_console_script_bad_option(mlxcel_home):
+    done = run_cli("mlxcel-tui", ["serve", "--min-members", "1"], cli_env(mlxcel_home))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "--min-members" in lines[0], done.stderr
