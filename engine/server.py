@@ -166,14 +166,18 @@ class OpenAIServer:
             self.sessions.remove(len(self.sessions.sessions))
         self.engine.close("cancelled")
 
-    async def _events(self, seq: Sequence, queue: asyncio.Queue, stop: list[str]):
-        """Yield (text delta, finish reason) pairs; cancels the sequence if abandoned."""
+    async def _events(self, seq: Sequence, queue: asyncio.Queue, stop: list[str], every_token: bool = False):
+        """Yield (text delta, finish reason, new token ids); with every_token, one
+        event per generated token even while the detokenizer holds its text back.
+        Cancels the sequence if abandoned."""
         detok = self.engine.tokenizer.detokenizer
         eos = self.engine.tokenizer.eos_token_ids
-        text, sent, reason = "", 0, None
+        text, sent, reason, ids = "", 0, None, []
         try:
             while reason is None:
                 token, reason = await queue.get()
+                if token is not None:
+                    ids.append(token)
                 if token is not None and token not in eos:
                     detok.add_token(token)
                 if reason is not None:
@@ -185,9 +189,9 @@ class OpenAIServer:
                     self.engine.cancel(seq)
                 # Hold back a tail that could still grow into a stop string.
                 safe = len(text) if reason else max(sent, len(text) - max((len(s) - 1 for s in stop), default=0))
-                if safe > sent or reason:
-                    yield text[sent:safe], reason
-                    sent = safe
+                if safe > sent or reason or (every_token and ids):
+                    yield text[sent:safe], reason, ids
+                    sent, ids = safe, []
         finally:
             if reason is None:
                 self.engine.cancel(seq)
@@ -245,38 +249,46 @@ class OpenAIServer:
             raise ApiError(400, "'stream' must be a boolean", "stream")
         options = body.get("stream_options") or {}
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        token_ids = body.get("return_token_ids", False)  # vLLM's extension: generated ids per choice
+        if not isinstance(token_ids, bool):
+            raise ApiError(400, "'return_token_ids' must be a boolean", "return_token_ids")
         seq, queue = self._start(ids, params)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         base = {"id": rid, "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()), "model": self.model_name}
         if stream:
-            return StreamingResponse(self._stream(seq, queue, stop, base, chat, include_usage),
+            return StreamingResponse(self._stream(seq, queue, stop, base, chat, include_usage, token_ids),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        text, reason = "", None
+        text, reason, generated = "", None, []
         events = self._events(seq, queue, stop)
         try:
-            async for delta, reason in _until_disconnect(request, events):
+            async for delta, reason, new_ids in _until_disconnect(request, events):
                 text += delta
+                generated += new_ids
         finally:
             await events.aclose()
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
                   if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": reason})
+        if token_ids:
+            choice["token_ids"] = generated
         return JSONResponse({**base, "choices": [choice], "usage": self._usage(seq)})
 
-    async def _stream(self, seq, queue, stop, base, chat, include_usage):
+    async def _stream(self, seq, queue, stop, base, chat, include_usage, token_ids=False):
         base = {**base, "object": "chat.completion.chunk" if chat else "text_completion"}
 
-        def chunk(delta: dict | str, reason):
+        def chunk(delta: dict | str, reason, ids=None):
             choice = ({"index": 0, "delta": delta, "finish_reason": reason} if chat
                       else {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason})
+            if ids is not None:
+                choice["token_ids"] = ids
             return "data: " + json.dumps({**base, "choices": [choice]}) + "\n\n"
 
         if chat:
             yield chunk({"role": "assistant", "content": ""}, None)
-        async for delta, reason in self._events(seq, queue, stop):
-            if delta or reason:
-                yield chunk({"content": delta} if chat else delta, reason)
+        async for delta, reason, ids in self._events(seq, queue, stop, every_token=token_ids):
+            if delta or reason or (token_ids and ids):
+                yield chunk({"content": delta} if chat else delta, reason, ids if token_ids else None)
         if include_usage:
             yield "data: " + json.dumps({**base, "choices": [], "usage": self._usage(seq)}) + "\n\n"
         yield "data: [DONE]\n\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import httpx
 import openai
@@ -82,6 +83,20 @@ def test_raw_http_sse_framing(served):
         lines = [line for line in response.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines)
     assert lines[-1] == "data: [DONE]"
+
+
+def test_return_token_ids_streams_one_chunk_per_token(served):
+    base, engine, client = served
+    body = {"messages": [{"role": "user", "content": DEFAULT_QUESTIONS[2]}], "max_tokens": 12, "temperature": 0,
+            "ignore_eos": True, "return_token_ids": True}
+    whole = httpx.post(f"{base}/v1/chat/completions", json=body).json()
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json={**body, "stream": True}) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    ids = [c["choices"][0]["token_ids"] for c in chunks[1:]]  # after the chunk naming the role
+    assert ids == [[t] for t in whole["choices"][0]["token_ids"]] and len(ids) == 12
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == whole["choices"][0]["message"]["content"]
+    bad = httpx.post(f"{base}/v1/chat/completions", json={**body, "return_token_ids": "yes"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_token_ids"
 
 
 def test_concurrent_clients_sharing_a_prompt_cascade_and_cascade_off_stays_flat(served):
