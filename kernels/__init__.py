@@ -1,8 +1,9 @@
 """Paged attention kernels behind one API, dispatched to a backend.
 
-The portable backend (MLX ops) runs everywhere. Fused backends for CUDA and
-Metal register in ``FUSED_BACKENDS`` (device platform -> module) when they
-land; ``MLXCEL_KERNELS=portable|fused`` overrides the automatic choice.
+The portable backend (MLX ops) runs everywhere. Fused backends register in
+``FUSED_BACKENDS`` (device platform -> module) and are chosen automatically;
+``OPT_IN_BACKENDS`` are chosen only by ``MLXCEL_KERNELS=fused``;
+``MLXCEL_KERNELS=portable`` forces the portable kernels.
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ KERNELS_ENV = "MLXCEL_KERNELS"
 
 # GPU platform ("cuda" or "metal") -> module under mlxcel.kernels providing
 # paged_attention_partial and merge_states with the portable signatures.
-FUSED_BACKENDS: dict[str, str] = {}
+FUSED_BACKENDS: dict[str, str] = {"cuda": "cuda"}
+
+# Written but never run on their platform (no Apple GPU here): used only on
+# explicit request until a run against the test-suite is recorded.
+OPT_IN_BACKENDS: dict[str, str] = {"metal": "metal"}
 
 _warned: set[str] = set()
 
@@ -41,8 +46,9 @@ def _gpu_platform() -> str | None:
     return "cuda" if mx.cuda.is_available() else None
 
 
-def _fused_backend() -> ModuleType | None:
-    name = FUSED_BACKENDS.get(_gpu_platform() or "")
+def _fused_backend(requested: bool) -> ModuleType | None:
+    platform = _gpu_platform() or ""
+    name = FUSED_BACKENDS.get(platform) or (OPT_IN_BACKENDS.get(platform) if requested else None)
     return importlib.import_module(f".{name}", __name__) if name else None
 
 
@@ -52,7 +58,7 @@ def backend() -> ModuleType:
     choice = os.environ.get(KERNELS_ENV, "").strip().lower()
     if choice == "portable":
         return portable
-    fused = _fused_backend()
+    fused = _fused_backend(choice == "fused")
     if fused is not None:
         return fused
     if choice and choice not in _warned:

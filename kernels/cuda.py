@@ -1,0 +1,382 @@
+"""Fused paged attention for MLX's CUDA backend (``mx.fast.cuda_kernel``).
+
+The host side (tiles, template constants, grid, launches) is ``fused``; this
+module holds the CUDA spelling of the two kernels. ``metal.py`` holds the
+Metal spelling of the same kernels, section by section in the same order.
+
+Partial kernel, per block = (tile, head group, KV head), WARPS warps:
+  1. Q fragments: each warp owns 16 query heads (one m16 tile; heads past the
+     KV head's count are zero rows), pre-scaled into the log2 domain.
+  2. Staging: 64-token chunks of K and V are copied into shared memory with
+     cp.async, double-buffered; slots outside the row's valid range (before
+     first_page_offset, past last_page_len) are zero-filled so no stale value
+     can reach the sums.
+  3. Scores S = Q K^T and O += P V on mma.sync m16n8k16 (bf16/f16 operands,
+     float32 accumulators); B operands come from shared memory through
+     ldmatrix (transposed for V). Every K/V element is loaded from memory once
+     per block and reused by all of its warps' heads.
+  4. Online softmax per 32-token step, in registers (FlashAttention-2 style:
+     the S accumulators are repacked as the A operand of the P V product).
+  5. Warps that split a chunk's tokens merge their states in shared memory;
+     the block writes normalized o and log2 lse per (tile, head).
+
+Merge kernel: one warp per (group, head): max of the group's lse, then the
+exp2-weighted sum of its states, D/32 contiguous floats per lane.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .fused import FusedKernels, Platform
+
+HEADER = r"""
+namespace mlxcel {
+
+// m16n8k16 tensor-core product, D = A B + D. A: 16x16 row-major (4 words),
+// B: 16x8 column-major (2 words), D: 16x8 float32 (4 floats per lane).
+template <typename T> struct Mma;
+
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give matrix i's rows.
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+// 16 bytes global -> shared without a register round trip; zero-filled when !valid.
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void copy_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int PENDING>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
+}
+
+__device__ __forceinline__ float lane_max(float x, int mask) {
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, mask));
+}
+
+__device__ __forceinline__ float lane_sum(float x, int mask) {
+  return x + __shfl_xor_sync(0xffffffffu, x, mask);
+}
+
+}  // namespace mlxcel
+"""
+
+PARTIAL_SOURCE = r"""
+  // ---- constants and coordinates ----
+  constexpr int THREADS = WARPS * 32;
+  constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
+  constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
+  constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
+  constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
+  constexpr int DK = D / 16;                        // k-steps of Q K^T
+  constexpr int DT = D / 8;                         // output tiles (8 dims)
+  constexpr int STRIDE = D + 8;                     // padded shared row: conflict-free ldmatrix
+  constexpr int VECS = D / 8;                       // 16-byte vectors per token row
+  constexpr int STAGE = CHUNK * STRIDE;
+  const float scale = __int_as_float(SCALE_BITS);
+
+  const int block_size = k_pool_shape[1];
+  const int kv_heads = k_pool_shape[2];
+  const int q_heads = q_shape[1];
+  const int heads = q_heads / kv_heads;             // query heads of this KV head
+  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
+  const int tile = blockIdx.x / groups;
+  const int group = blockIdx.x % groups;
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = warp % WM, warp_t = warp / WM;
+  const int g = lane / 4, tig = lane % 4;
+  const int head0 = (group * WM + warp_m) * 16;     // this warp's first head within the KV head
+  const bool active = head0 < heads;
+
+  const int* geometry = tiles + 5 * tile;
+  const int row = geometry[0], page_begin = geometry[1], page_count = geometry[2];
+  const int first_slot = geometry[3];
+  const int end_slot = page_count * block_size - (geometry[4] ? block_size - last_page_len[row] : 0);
+
+  extern __shared__ __align__(16) unsigned char mlxcel_shared[];
+  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK][STRIDE]
+
+  // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
+  uint32_t qf[DK][4];
+  #pragma unroll
+  for (int kk = 0; kk < DK; ++kk) {
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int head = head0 + g + 8 * (r & 1);
+      const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
+      float x0 = 0.f, x1 = 0.f;
+      if (head < heads) {
+        const size_t at = (size_t(row) * q_heads + kv_head * heads + head) * D + d;
+        x0 = static_cast<float>(q[at]) * scale;
+        x1 = static_cast<float>(q[at + 1]) * scale;
+      }
+      qf[kk][r] = mlxcel::Mma<T>::pack(x0, x1);
+    }
+  }
+
+  // ---- 2. staging ----
+  auto stage = [&](int chunk, int buffer) {
+    T* keys = staged + (2 * buffer) * STAGE;
+    T* values = keys + STAGE;
+    #pragma unroll
+    for (int j = 0; j < CHUNK * VECS / THREADS; ++j) {
+      const int i = j * THREADS + threadIdx.x;
+      const int slot_in_chunk = i / VECS, part = i % VECS;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = slot >= first_slot && slot < end_slot;
+      size_t at = 0;
+      if (valid) {
+        const size_t block = indices[page_begin + slot / block_size];
+        at = ((block * block_size + slot % block_size) * kv_heads + kv_head) * D + part * 8;
+      }
+      mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
+      mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
+    }
+    mlxcel::copy_commit();
+  };
+
+  float acc[DT][4];
+  #pragma unroll
+  for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  float row_max[2] = {-inf, -inf};                 // rows g, g+8; log2 domain
+  float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
+
+  const int chunk_begin = first_slot / CHUNK;
+  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
+  if (chunk_begin < chunk_end) stage(chunk_begin, 0);   // a tile always holds a token; stay safe if not
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    const int buffer = (chunk - chunk_begin) & 1;
+    if (chunk + 1 < chunk_end) {
+      stage(chunk + 1, buffer ^ 1);
+      mlxcel::copy_wait<1>();
+    } else {
+      mlxcel::copy_wait<0>();
+    }
+    __syncthreads();
+    if (active) {
+      const T* keys = staged + (2 * buffer) * STAGE;
+      const T* values = keys + STAGE;
+      #pragma unroll
+      for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
+        const int token0 = warp_t * WARP_TOKENS + step * STEP;
+
+        // ---- 3a. scores ----
+        float s[NT][4];
+        #pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+          #pragma unroll
+          for (int kk = 0; kk < DK; kk += 2) {
+            uint32_t b[4];
+            mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
+            mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+            mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+          }
+        }
+
+        // ---- 4. mask and online softmax ----
+        const int slot0 = chunk * CHUNK + token0;
+        float step_max[2] = {-inf, -inf};
+        #pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          #pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
+            if (slot < first_slot || slot >= end_slot) s[nt][c] = -inf;
+            step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
+          }
+        }
+        float base[2], alpha[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
+          base[r] = top == -inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
+          alpha[r] = exp2f(row_max[r] - base[r]);
+          row_max[r] = top;
+          row_sum[r] *= alpha[r];
+        }
+        #pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
+          acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+        }
+        #pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          #pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            s[nt][c] = exp2f(s[nt][c] - base[c >> 1]);
+            row_sum[c >> 1] += s[nt][c];
+          }
+        }
+
+        // ---- 3b. O += P V ----
+        #pragma unroll
+        for (int kt = 0; kt < NT / 2; ++kt) {
+          const uint32_t a[4] = {
+              mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+          #pragma unroll
+          for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t b[4];
+            mlxcel::load_matrices_transposed(
+                b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
+            mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
+            mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();                               // the next stage() overwrites this buffer
+  }
+
+  // ---- 5. merge the token-splitting warps, write ----
+  float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][16][D]
+  float* warp_max = warp_acc + WARPS * 16 * D;                  // [WARPS][16]
+  float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
+  if (active) {
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
+    if (tig == 0) {
+      warp_max[warp * 16 + g] = row_max[0];
+      warp_max[warp * 16 + g + 8] = row_max[1];
+      warp_sum[warp * 16 + g] = row_sum[0];
+      warp_sum[warp * 16 + g + 8] = row_sum[1];
+    }
+    #pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      float* top_row = warp_acc + (warp * 16 + g) * D + dt * 8 + tig * 2;
+      top_row[0] = acc[dt][0];
+      top_row[1] = acc[dt][1];
+      top_row[8 * D] = acc[dt][2];
+      top_row[8 * D + 1] = acc[dt][3];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < WM * 16 * D; i += THREADS) {
+    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head >= heads) continue;
+    float top = -inf;
+    #pragma unroll
+    for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
+    const size_t out_row = size_t(tile) * q_heads + kv_head * heads + head;
+    float total = 0.f, value = 0.f;
+    if (top != -inf) {
+      #pragma unroll
+      for (int j = 0; j < SPLIT; ++j) {
+        const int w = (j * WM + wm) * 16 + r;
+        const float weight = exp2f(warp_max[w] - top);
+        total += weight * warp_sum[w];
+        value += weight * warp_acc[w * D + d];
+      }
+    }
+    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
+    if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : -inf;
+  }
+"""
+
+MERGE_SOURCE = r"""
+  constexpr int VEC = D / 32;                       // contiguous floats per lane
+  const int heads = v_in_shape[1];
+  const int groups = indptr_shape[0] - 1;
+  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= size_t(groups) * heads) return;      // whole warps leave together
+  const int group = item / heads, head = item % heads;
+  const int begin = indptr[group], end = indptr[group + 1];
+
+  float top = -inf;
+  for (int i = begin + lane; i < end; i += 32) top = fmaxf(top, static_cast<float>(lse_in[size_t(i) * heads + head]));
+  #pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
+  if (top != -inf) {
+    #pragma unroll 4
+    for (int i = begin; i < end; ++i) {
+      const float weight = exp2f(static_cast<float>(lse_in[size_t(i) * heads + head]) - top);
+      const auto* src = v_in + (size_t(i) * heads + head) * D + lane * VEC;
+      total += weight;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        // A weightless state (lse -inf) may hold anything: select, never multiply.
+        value[k] += weight > 0.f ? weight * static_cast<float>(src[k]) : 0.f;
+      }
+    }
+  }
+  float* dst = out + item * D + lane * VEC;
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;
+  if (lane == 0) out_lse[item] = total > 0.f ? top + log2f(total) : -inf;
+"""
+
+
+def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
+    return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
+                               header=header, shared_memory=shared_bytes)
+
+
+# 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
+# blocks per SM (the register count, 168 a lane, allows three as well).
+KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, make_kernel,
+                                warps=4, chunk_tokens=64, stages=2))
+
+
+def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr, *, scale: float,
+                            chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
+    return KERNELS.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
+
+
+def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
+    return KERNELS.merge_states(v_in, lse_in, o_indptr)

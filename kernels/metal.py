@@ -1,0 +1,302 @@
+"""Fused paged attention for MLX's Metal backend (``mx.fast.metal_kernel``).
+
+The Metal spelling of the kernels in ``cuda.py``, section by section in the
+same order (constants and coordinates; 1. Q fragments; 2. staging; 3a.
+scores; 4. mask and online softmax; 3b. O += P V; 5. merge the warps, write;
+and the merge kernel). The host side is the shared ``fused`` module. What
+differs, and why:
+
+- matrix units: 8x8 float ``simdgroup_matrix`` products instead of mma.sync
+  m16n8k16; a warp's 16 heads are two 8-row tiles. A thread holds elements
+  (fm, fn) and (fm, fn+1) of each 8x8 tile, so a row's lanes differ in lane
+  bits 0 and 3 (shuffles xor 1 and 8, where CUDA's differ in bits 0 and 1);
+- staging: plain 16-byte loads into threadgroup memory (Metal has no
+  cp.async), one stage;
+- sizes: threadgroup memory is 32 KB on Apple GPUs, so 2 simdgroups and
+  32-token chunks (17 KB of staging at D=128, reused for the states).
+
+No Metal GPU was available to this project: these kernels have never run.
+They are not chosen by default on Apple GPUs (the portable kernels are);
+``MLXCEL_KERNELS=fused`` selects them for a first run against the tests.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .fused import FusedKernels, Platform
+
+HEADER = r"""
+#include <metal_simdgroup_matrix>
+
+namespace mlxcel {
+
+// (fn, fm): column and row of this lane's two elements (fn, fn+1) in an 8x8 simdgroup matrix.
+inline short2 frag_coord(ushort lane) {
+  const short qid = lane / 4;
+  return short2((qid & 2) * 2 + (lane % 2) * 2, (qid & 4) + ((lane / 2) % 4));
+}
+
+inline float lane_max(float x, ushort mask) {
+  return metal::max(x, metal::simd_shuffle_xor(x, mask));
+}
+
+inline float lane_sum(float x, ushort mask) {
+  return x + metal::simd_shuffle_xor(x, mask);
+}
+
+}  // namespace mlxcel
+"""
+
+PARTIAL_SOURCE = r"""
+  // ---- constants and coordinates ----
+  constexpr int THREADS = WARPS * 32;
+  constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
+  constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
+  constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
+  constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
+  constexpr int DK = D / 8;                         // k-steps of Q K^T
+  constexpr int DT = D / 8;                         // output tiles (8 dims)
+  constexpr int STRIDE = D + 8;                     // padded threadgroup row
+  constexpr int VECS = D / 8;                       // 16-byte vectors per token row
+  constexpr int STAGE = CHUNK * STRIDE;
+  constexpr int STAGED_WORDS = STAGE;               // K and V of one stage, 16-bit elements
+  constexpr int STATE_WORDS = WARPS * 16 * (D + 2);
+  constexpr int SHARED_WORDS = STAGED_WORDS > STATE_WORDS ? STAGED_WORDS : STATE_WORDS;
+  const float scale = as_type<float>(SCALE_BITS);
+  const float neg_inf = -INFINITY;
+
+  const int block_size = k_pool_shape[1];
+  const int kv_heads = k_pool_shape[2];
+  const int q_heads = q_shape[1];
+  const int heads = q_heads / kv_heads;             // query heads of this KV head
+  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
+  const int tile = threadgroup_position_in_grid.x / groups;
+  const int group = threadgroup_position_in_grid.x % groups;
+  const int kv_head = threadgroup_position_in_grid.y;
+  const int thread = thread_index_in_threadgroup;
+  const int warp = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
+  const int warp_m = warp % WM, warp_t = warp / WM;
+  const short2 coord = mlxcel::frag_coord(lane);
+  const int fn = coord.x, fm = coord.y;
+  const int head0 = (group * WM + warp_m) * 16;     // this warp's first head within the KV head
+  const bool active = head0 < heads;
+
+  const device int* geometry = tiles + 5 * tile;
+  const int row = geometry[0], page_begin = geometry[1], page_count = geometry[2];
+  const int first_slot = geometry[3];
+  const int end_slot = page_count * block_size - (geometry[4] ? block_size - last_page_len[row] : 0);
+
+  threadgroup float mlxcel_shared[SHARED_WORDS];
+  threadgroup T* staged = reinterpret_cast<threadgroup T*>(mlxcel_shared);   // [K, V][CHUNK][STRIDE]
+
+  // ---- 1. Q fragments (rows fm and 8+fm, cols fn and fn+1 of each 8-dim k-step) ----
+  simdgroup_matrix<float, 8, 8> qf[2][DK];
+  for (int kk = 0; kk < DK; ++kk) {
+    for (int mi = 0; mi < 2; ++mi) {
+      const int head = head0 + mi * 8 + fm;
+      for (int e = 0; e < 2; ++e) {
+        const int d = kk * 8 + fn + e;
+        float x = 0.f;
+        if (head < heads) {
+          x = static_cast<float>(q[(size_t(row) * q_heads + kv_head * heads + head) * D + d]) * scale;
+        }
+        qf[mi][kk].thread_elements()[e] = x;
+      }
+    }
+  }
+
+  simdgroup_matrix<float, 8, 8> acc[2][DT];
+  for (int dt = 0; dt < DT; ++dt) acc[0][dt] = acc[1][dt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
+  float row_max[2] = {neg_inf, neg_inf};           // rows fm, 8+fm; log2 domain
+  float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
+
+  const int chunk_begin = first_slot / CHUNK;
+  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    // ---- 2. staging ----
+    threadgroup T* keys = staged;
+    threadgroup T* values = keys + STAGE;
+    for (int j = 0; j < CHUNK * VECS / THREADS; ++j) {
+      const int i = j * THREADS + thread;
+      const int slot_in_chunk = i / VECS, part = i % VECS;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = slot >= first_slot && slot < end_slot;
+      size_t at = 0;
+      if (valid) {
+        const size_t block = indices[page_begin + slot / block_size];
+        at = ((block * block_size + slot % block_size) * kv_heads + kv_head) * D + part * 8;
+      }
+      const uint4 zero = uint4(0);
+      *reinterpret_cast<threadgroup uint4*>(keys + slot_in_chunk * STRIDE + part * 8) =
+          valid ? *reinterpret_cast<const device uint4*>(k_pool + at) : zero;
+      *reinterpret_cast<threadgroup uint4*>(values + slot_in_chunk * STRIDE + part * 8) =
+          valid ? *reinterpret_cast<const device uint4*>(v_pool + at) : zero;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (active) {
+      for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
+        const int token0 = warp_t * WARP_TOKENS + step * STEP;
+
+        // ---- 3a. scores ----
+        simdgroup_matrix<float, 8, 8> s[2][NT];
+        for (int nt = 0; nt < NT; ++nt) {
+          s[0][nt] = s[1][nt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
+          for (int kk = 0; kk < DK; ++kk) {
+            simdgroup_matrix<float, 8, 8> kt;      // K^T tile: (dim fm, token fn + e)
+            for (int e = 0; e < 2; ++e) {
+              kt.thread_elements()[e] = static_cast<float>(keys[(token0 + nt * 8 + fn + e) * STRIDE + kk * 8 + fm]);
+            }
+            simdgroup_multiply_accumulate(s[0][nt], qf[0][kk], kt, s[0][nt]);
+            simdgroup_multiply_accumulate(s[1][nt], qf[1][kk], kt, s[1][nt]);
+          }
+        }
+
+        // ---- 4. mask and online softmax ----
+        const int slot0 = chunk * CHUNK + token0;
+        float step_max[2] = {neg_inf, neg_inf};
+        for (int nt = 0; nt < NT; ++nt) {
+          for (int mi = 0; mi < 2; ++mi) {
+            for (int e = 0; e < 2; ++e) {
+              const int slot = slot0 + nt * 8 + fn + e;
+              if (slot < first_slot || slot >= end_slot) s[mi][nt].thread_elements()[e] = neg_inf;
+              step_max[mi] = metal::max(step_max[mi], float(s[mi][nt].thread_elements()[e]));
+            }
+          }
+        }
+        float base[2], alpha[2];
+        for (int r = 0; r < 2; ++r) {
+          const float top = metal::max(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 8));
+          base[r] = top == neg_inf ? 0.f : top;     // nothing valid yet: keep exp2 finite
+          alpha[r] = metal::exp2(row_max[r] - base[r]);
+          row_max[r] = top;
+          row_sum[r] *= alpha[r];
+        }
+        for (int dt = 0; dt < DT; ++dt) {
+          for (int mi = 0; mi < 2; ++mi) {
+            acc[mi][dt].thread_elements()[0] *= alpha[mi];
+            acc[mi][dt].thread_elements()[1] *= alpha[mi];
+          }
+        }
+        for (int nt = 0; nt < NT; ++nt) {
+          for (int mi = 0; mi < 2; ++mi) {
+            for (int e = 0; e < 2; ++e) {
+              const float p = metal::exp2(float(s[mi][nt].thread_elements()[e]) - base[mi]);
+              s[mi][nt].thread_elements()[e] = p;
+              row_sum[mi] += p;
+            }
+          }
+        }
+
+        // ---- 3b. O += P V ----
+        for (int kt = 0; kt < NT; ++kt) {
+          for (int dt = 0; dt < DT; ++dt) {
+            simdgroup_matrix<float, 8, 8> vt;      // V tile: (token fm, dim fn + e)
+            for (int e = 0; e < 2; ++e) {
+              vt.thread_elements()[e] = static_cast<float>(values[(token0 + kt * 8 + fm) * STRIDE + dt * 8 + fn + e]);
+            }
+            simdgroup_multiply_accumulate(acc[0][dt], s[0][kt], vt, acc[0][dt]);
+            simdgroup_multiply_accumulate(acc[1][dt], s[1][kt], vt, acc[1][dt]);
+          }
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);   // the next staging overwrites this chunk
+  }
+
+  // ---- 5. merge the token-splitting warps, write ----
+  threadgroup float* warp_acc = mlxcel_shared;                  // [WARPS][16][D]
+  threadgroup float* warp_max = warp_acc + WARPS * 16 * D;      // [WARPS][16]
+  threadgroup float* warp_sum = warp_max + WARPS * 16;          // [WARPS][16]
+  if (active) {
+    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 8);
+    if (fn == 0) {
+      warp_max[warp * 16 + fm] = row_max[0];
+      warp_max[warp * 16 + fm + 8] = row_max[1];
+      warp_sum[warp * 16 + fm] = row_sum[0];
+      warp_sum[warp * 16 + fm + 8] = row_sum[1];
+    }
+    for (int dt = 0; dt < DT; ++dt) {
+      threadgroup float* top_row = warp_acc + (warp * 16 + fm) * D + dt * 8 + fn;
+      top_row[0] = acc[0][dt].thread_elements()[0];
+      top_row[1] = acc[0][dt].thread_elements()[1];
+      top_row[8 * D] = acc[1][dt].thread_elements()[0];
+      top_row[8 * D + 1] = acc[1][dt].thread_elements()[1];
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int i = thread; i < WM * 16 * D; i += THREADS) {
+    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head >= heads) continue;
+    float top = neg_inf;
+    for (int j = 0; j < SPLIT; ++j) top = metal::max(top, warp_max[(j * WM + wm) * 16 + r]);
+    const size_t out_row = size_t(tile) * q_heads + kv_head * heads + head;
+    float total = 0.f, value = 0.f;
+    if (top != neg_inf) {
+      for (int j = 0; j < SPLIT; ++j) {
+        const int w = (j * WM + wm) * 16 + r;
+        const float weight = metal::exp2(warp_max[w] - top);
+        total += weight * warp_sum[w];
+        value += weight * warp_acc[w * D + d];
+      }
+    }
+    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
+    if (d == 0) out_lse[out_row] = total > 0.f ? top + metal::log2(total) : neg_inf;
+  }
+"""
+
+MERGE_SOURCE = r"""
+  constexpr int VEC = D / 32;                       // contiguous floats per lane
+  const float neg_inf = -INFINITY;
+  const int heads = v_in_shape[1];
+  const int groups = indptr_shape[0] - 1;
+  const size_t item = thread_position_in_grid.x / 32;
+  const int lane = thread_index_in_simdgroup;
+  if (item >= size_t(groups) * heads) return;      // whole simdgroups leave together
+  const int group = item / heads, head = item % heads;
+  const int begin = indptr[group], end = indptr[group + 1];
+
+  float top = neg_inf;
+  for (int i = begin + lane; i < end; i += 32) top = metal::max(top, static_cast<float>(lse_in[size_t(i) * heads + head]));
+  for (ushort mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
+  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
+  if (top != neg_inf) {
+    for (int i = begin; i < end; ++i) {
+      const float weight = metal::exp2(static_cast<float>(lse_in[size_t(i) * heads + head]) - top);
+      const device auto* src = v_in + (size_t(i) * heads + head) * D + lane * VEC;
+      total += weight;
+      for (int k = 0; k < VEC; ++k) {
+        // A weightless state (lse -inf) may hold anything: select, never multiply.
+        value[k] += weight > 0.f ? weight * static_cast<float>(src[k]) : 0.f;
+      }
+    }
+  }
+  device float* dst = out + item * D + lane * VEC;
+  for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;
+  if (lane == 0) out_lse[item] = total > 0.f ? top + metal::log2(total) : neg_inf;
+"""
+
+
+def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
+    # Threadgroup memory is declared in the source (sized from template
+    # constants); Metal takes no dynamic size here.
+    return mx.fast.metal_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
+                                header=header)
+
+
+# 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
+# D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
+KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, make_kernel,
+                                warps=2, chunk_tokens=32, stages=1))
+
+
+def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr, *, scale: float,
+                            chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
+    return KERNELS.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
+
+
+def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
+    return KERNELS.merge_states(v_in, lse_in, o_indptr)

@@ -1,0 +1,150 @@
+"""Launch planning shared by the fused GPU kernels (CUDA and Metal).
+
+A launch of the paged partial kernel runs one thread block per (page tile,
+head group, KV head). This module decides, on the host and from the page
+layout alone, how rows are cut into page tiles (split-KV) and how a KV head's
+query heads are spread over a block's warps. Both GPU backends read the same
+plan, so the kernels differ only in the platform's spelling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from .csr import HostCsr, PagedCsrView
+from .portable import requested_width
+
+HEADS_PER_WARP = 16       # query heads one warp owns: the M side of a 16-row matrix tile
+
+# Blocks one launch should offer so the GPU stays busy: about four per
+# multiprocessor on a 132-SM H200 (three are resident at a time at D=128,
+# limited by staging memory and registers; the fourth smooths the tail).
+# Fewer, longer tiles would leave SMs idle; more tiles cost partial-state
+# traffic and a wider merge.
+TARGET_BLOCKS = 528
+
+# The shortest tile worth a block: below it a block spends more on its
+# prologue, its Q fragments and its merge slot than on reading KV.
+MIN_TILE_TOKENS = 256
+
+GEOMETRY_FIELDS = 5       # row, first page (index into csr.indices), pages, first valid slot, holds last page
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """How the query heads of one KV head map onto warps.
+
+    ``warps_m`` of a block's warps split the heads into 16-head matrix tiles;
+    the other ``warps // warps_m`` split each staged chunk's tokens (their states are
+    merged inside the block). Heads beyond ``warps_m * 16`` go to further
+    head groups, each a block of its own over the same tile (whose KV then
+    comes from L2: their blocks are launched next to each other).
+    """
+
+    heads: int        # query heads per KV head in this launch (G, or M * G when stacked)
+    warps_m: int      # a power of two, at most the block's warps
+    groups: int       # head groups per (tile, KV head)
+
+
+def head_layout(heads: int, warps: int) -> HeadLayout:
+    if heads < 1:
+        raise ValueError(f"need at least one query head per KV head, got {heads}")
+    m_tiles = -(-heads // HEADS_PER_WARP)
+    warps_m = 1
+    while warps_m < min(m_tiles, warps):
+        warps_m *= 2
+    return HeadLayout(heads, warps_m, -(-m_tiles // warps_m))
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """A view's rows cut into page tiles (layout only: the last page's fill is
+    read by the kernel from each step's last_page_len)."""
+
+    geometry: mx.array      # [S, GEOMETRY_FIELDS] int32, tiles of a row contiguous and in order
+    row_indptr: np.ndarray  # [R+1] tiles of each row
+    row_indptr_device: mx.array
+    one_per_row: bool       # tile s is row s: the kernel's states are the rows' states
+
+    @property
+    def num_tiles(self) -> int:
+        return int(self.row_indptr[-1])
+
+
+def split_rows(host: HostCsr, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """[S, GEOMETRY_FIELDS] tile geometry and [R+1] row pointers. A row of P
+    pages gets ceil(P / width) tiles of near-equal length (no short tail tile)."""
+    if width < 1:
+        raise ValueError(f"tile width must be >= 1 page, got {width}")
+    pages = host.num_pages().astype(np.int64)
+    tiles_per_row = -(-pages // width)
+    row_indptr = np.zeros(len(pages) + 1, np.int64)
+    np.cumsum(tiles_per_row, out=row_indptr[1:])
+    tile_row = np.repeat(np.arange(len(pages)), tiles_per_row)
+    index = np.arange(len(tile_row)) - row_indptr[tile_row]
+    count = tiles_per_row[tile_row]
+    start = index * pages[tile_row] // count
+    stop = (index + 1) * pages[tile_row] // count
+    geometry = np.stack([
+        tile_row,
+        host.indptr[tile_row].astype(np.int64) + start,
+        stop - start,
+        np.where(index == 0, host.first_page_offset[tile_row], 0),
+        (index == count - 1).astype(np.int64),
+    ], axis=1) if len(tile_row) else np.zeros((0, GEOMETRY_FIELDS), np.int64)
+    return geometry.astype(np.int32), row_indptr
+
+
+def plan_tiles(host: HostCsr, width: int) -> TilePlan:
+    geometry, row_indptr = split_rows(host, width)
+    return TilePlan(
+        geometry=mx.array(geometry.reshape(-1, GEOMETRY_FIELDS)),
+        row_indptr=row_indptr,
+        row_indptr_device=mx.array(row_indptr.astype(np.int32)),
+        one_per_row=bool((np.diff(row_indptr) == 1).all()),
+    )
+
+
+def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
+               target_blocks: int = TARGET_BLOCKS) -> int:
+    """Pages per tile: the widest that still yields ``target_blocks`` blocks
+    (``blocks_per_tile`` = KV heads x head groups), but never under
+    MIN_TILE_TOKENS unless the longest row is shorter. Long batches keep one
+    tile per row (no merge); a single long row (cascade level 0) is split."""
+    pages = num_pages[num_pages > 0].astype(np.int64)
+    if len(pages) == 0:
+        return 1
+    longest = int(pages.max())
+    narrowest = min(longest, max(1, -(-MIN_TILE_TOKENS // block_size)))
+    wanted = -(-target_blocks // max(blocks_per_tile, 1))
+
+    def tiles(width: int) -> int:
+        return int((-(-pages // width)).sum())
+
+    if tiles(longest) >= wanted:
+        return longest
+    low, high = narrowest, longest          # tiles() is non-increasing in width
+    if tiles(low) < wanted:
+        return low
+    while low < high:                       # widest width with tiles(width) >= wanted
+        mid = (low + high + 1) // 2
+        if tiles(mid) >= wanted:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, blocks_per_tile: int) -> TilePlan:
+    """The view's tiles for a fused launch, memoized on its page structure.
+    ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the portable
+    kernels) overrides the width heuristic."""
+    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size)
+    key = ("fused_tiles", width)
+    plan = csr.structure.memo.get(key)
+    if plan is None:
+        plan = csr.structure.memo[key] = plan_tiles(csr.host, width)
+    return plan

@@ -1,0 +1,63 @@
+"""The translation unit MLX's ``mx.fast.cuda_kernel`` builds around a kernel
+body (mlx/backend/cuda/custom_kernel.cpp, ``build_kernel``), so the fused
+sources can be compiled by nvcc on a machine without a GPU.
+
+MLX prepends its device headers; those ship inside libmlx, not on disk, so
+the prelude here declares the few names the generated signature and our
+sources use (``Shape``, ``inf``) from the CUDA toolkit's own headers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+PRELUDE = r"""
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/array>
+#include <cuda/std/limits>
+#include <cooperative_groups.h>
+namespace mlx::core::cu {
+using Shape = cuda::std::array<int32_t, 10>;
+}
+#define inf cuda::std::numeric_limits<float>::infinity()
+"""
+
+CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+
+
+def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str, str]],
+                     outputs: list[tuple[str, str]], template: list[tuple[str, object]]) -> str:
+    """inputs/outputs: (name, dtype name); template: (name, int or dtype name)."""
+    params = []
+    for arg, dtype in inputs:
+        params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")
+        if f"{arg}_shape" in source:
+            params.append(f"    const __grid_constant__ Shape {arg}_shape")
+    params += [f"    {CUDA_TYPES[dtype]}* {arg}" for arg, dtype in outputs]
+    constants = "".join(
+        f"  constexpr int {k} = {v};\n" if isinstance(v, int) else f"  using {k} = {CUDA_TYPES[v]};\n"
+        for k, v in template)
+    return (PRELUDE + header + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
+            f"__global__ void {name}(\n" + ",\n".join(params) + ") {\n" + constants + "\n" + source
+            + "\n}\n\n} // namespace mlx::core::cu\n")
+
+
+def nvcc() -> str | None:
+    return shutil.which("nvcc")
+
+
+def compile_unit(text: str, workdir: Path, arch: str = "sm_90") -> str:
+    """Compile to a cubin with ptxas's resource report; returns the report.
+    Raises CalledProcessError (with nvcc's messages) on a compile error."""
+    path = workdir / "unit.cu"
+    path.write_text(text)
+    result = subprocess.run(
+        [nvcc(), f"-arch={arch}", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", str(workdir / "unit.cubin"),
+         str(path)], capture_output=True, text=True)
+    if result.returncode:
+        raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+    return result.stderr

@@ -1,0 +1,191 @@
+"""The fused CUDA kernels against the float64 reference, on a CUDA device.
+
+Every check draws fresh random inputs (the seed is printed on failure) and
+every kernel output is filled with NaN before the kernel runs, so an element
+the kernel does not write cannot pass. Errors are relative norms
+||out - ref|| / ||ref|| (and the largest absolute lse error, log2 units),
+recorded as junit properties so the GPU run keeps the numbers.
+
+Tolerances: the kernels feed the tensor cores 16-bit operands, so besides the
+pool values the reference also reads, q and the softmax weights are rounded
+to the pool's dtype (relative 2^-9 for bf16, 2^-11 for f16): expected errors
+are ~1e-3 (bf16) and ~3e-4 (f16); 1e-2 and 3e-3 leave margin and stay far
+below the O(0.1) error of a wrong mask, tile boundary, head mapping or merge.
+
+CI has no GPU: these tests skip there (reason given); benchmarks/gpu_suite.sh
+runs them on the H200. The host-side logic is tested on the CPU by
+test_tile_plan.py and test_fused_sources.py.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxcel.engine import attention
+from mlxcel.engine.attention import paged_decode_attention, stack_member_heads, unstack_member_heads
+from mlxcel.engine.cascade import plan_cascade
+from mlxcel.engine.config import CascadeConfig
+from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.kernels import PagedCsrView, cuda, fused
+from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.reference import reference_decode, reference_merge, reference_partial
+from paged_cases import fresh_blocks, make_case, mixed_batch, random_pools, random_query, rng  # noqa: F401
+
+pytestmark = pytest.mark.skipif(not mx.cuda.is_available(),
+                                reason="the fused CUDA kernels need a CUDA device (CI has none; "
+                                       "benchmarks/gpu_suite.sh runs these on the GPU)")
+
+REL_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3}
+LSE_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3}
+ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
+OFF = CascadeConfig(enabled=False)
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    monkeypatch.setattr(cuda.KERNELS, "poison", float("nan"))
+
+
+def relative_error(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def check_partial(record_property, q, k_pool, v_pool, host, scale, o, lse, dtype):
+    ref_o, ref_lse = reference_partial(q, k_pool, v_pool, host, scale)
+    o, lse = np.array(o), np.array(lse)
+    assert not np.isnan(o).any() and not np.isnan(lse).any(), "an output element was never written"
+    error, lse_error = relative_error(o, ref_o), float(np.abs(lse - ref_lse).max())
+    record_property("relative_error_o", error)
+    record_property("max_abs_error_lse", lse_error)
+    assert error <= REL_TOL[dtype]
+    assert lse_error <= LSE_TOL[dtype]
+
+
+def run_partial(case, chunk_pages=None):
+    assert fused.unsupported(case.q, case.k_pool) is None      # the fused kernel, not the fallback
+    return cuda.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale,
+                                        chunk_pages=chunk_pages)
+
+
+@pytest.mark.parametrize("chunk_pages", [None, 2])
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_partial_matches_reference(rng, record_property, dtype, group, head_dim, block_size, chunk_pages):
+    # Mixed lengths, partially filled last pages, first pages entered mid-page;
+    # chunk_pages=2 cuts rows into several tiles, so the tile merge runs too.
+    case = mixed_batch(rng, block_size=block_size, group=group, head_dim=head_dim, dtype=dtype)
+    o, lse = run_partial(case, chunk_pages)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
+
+
+@pytest.mark.parametrize("q_dtype", [mx.bfloat16, mx.float16])
+def test_half_precision_queries(rng, record_property, q_dtype):
+    case = mixed_batch(rng, block_size=32, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=q_dtype)
+    o, lse = run_partial(case)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, mx.bfloat16)
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_long_rows_are_split_into_tiles_and_merged(rng, record_property, dtype, block_size):
+    # Serving shapes (8 KV heads x 4): rows of hundreds of pages cross many
+    # 64-token chunks and several tiles; offsets and partial pages at both ends.
+    pages = [160, 9, 75, 130]
+    ids = iter(fresh_blocks(rng, sum(pages) + 3))
+    tables = [[next(ids) for _ in range(p)] for p in pages]
+    tokens = [(p - 1) * block_size + int(rng.integers(1, block_size + 1)) for p in pages]
+    offsets = [int(rng.integers(1, block_size)), 0, int(rng.integers(1, block_size)), 0]
+    case = make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=4, head_dim=128,
+                     first_page_offset=offsets, dtype=dtype, num_blocks=sum(pages) + 3)
+    plan = fused.fused_tiles(case.csr, None, 8)
+    assert not plan.one_per_row
+    o, lse = run_partial(case)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
+
+
+@pytest.mark.parametrize("members", [1, 3, 8, 32, 64])
+def test_stacked_heads_of_a_cascade_level_0(rng, record_property, members):
+    # Level 0: one row of full shared pages, M * G stacked heads per KV head:
+    # 4 (one warp tile) up to 256 (four head groups of 64 per block).
+    kv_heads, group, d, block_size = 2, 4, 128, 32
+    ids = fresh_blocks(rng, 40)
+    host = host_csr([ids[:24]], [24 * block_size], block_size)
+    k_pool, v_pool = random_pools(rng, 40, block_size, kv_heads, d, mx.bfloat16)
+    q = stack_member_heads(random_query(rng, members, kv_heads * group, d), kv_heads)
+    o, lse = cuda.paged_attention_partial(q, k_pool, v_pool, PagedCsrView.from_host(host), scale=d ** -0.5)
+    check_partial(record_property, q, k_pool, v_pool, host, d ** -0.5, o, lse, mx.bfloat16)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_merge_matches_reference(rng, record_property, head_dim):
+    sizes = [0, 1, 3, 2, 40, 5]
+    count, heads = sum(sizes), 12
+    v_in = rng.standard_normal((count, heads, head_dim)).astype(np.float32)
+    lse_in = (rng.standard_normal((count, heads)) * 4).astype(np.float32)
+    lse_in[2, :5] = -np.inf                    # states with no tokens ...
+    v_in[2, :5] = np.nan                       # ... whose values must not leak
+    lse_in[1:4, 7] = -np.inf                   # a whole group without weight: v 0, lse -inf
+    indptr = np.concatenate([[0], np.cumsum(sizes)])
+    v, lse = cuda.merge_states(mx.array(v_in), mx.array(lse_in), indptr)
+    ref_v, ref_lse = reference_merge(v_in, lse_in, indptr)
+    v, lse = np.array(v), np.array(lse)
+    assert not np.isnan(v).any()
+    assert (v[2, 7] == 0).all() and lse[2, 7] == -np.inf
+    record_property("relative_error_v", relative_error(v, ref_v))
+    np.testing.assert_allclose(v, ref_v, atol=1e-5, rtol=0)       # float32 arithmetic on float32 states
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-5, rtol=0)
+
+
+def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32):
+    ids = iter(fresh_blocks(rng, shared_pages + 4 * members + 8))
+    shared = [next(ids) for _ in range(shared_pages)]
+    tables = [shared + [next(ids) for _ in range(1 + m % 3)] for m in range(members)]
+    tables.append([next(ids) for _ in range(5)])                   # a row outside the subgroup
+    tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
+    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=4, head_dim=128,
+                     dtype=dtype, q_dtype=dtype, num_blocks=shared_pages + 4 * members + 8)
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_engine_cascade_on_the_fused_kernels(rng, record_property, dtype):
+    case = shared_prefix_case(rng, dtype)
+    metrics = EngineMetrics()
+    run = lambda config: np.array(paged_decode_attention(                    # noqa: E731
+        case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=config, metrics=metrics
+    ).astype(mx.float32))
+    cascaded = run(ON)
+    assert metrics.last_outcome.kind == "cascade" and len(metrics.last_outcome.plan.members) == 8
+    flat = run(OFF)
+    ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
+    errors = relative_error(cascaded, ref), relative_error(flat, ref), relative_error(cascaded, flat)
+    for name, value in zip(("cascade_vs_reference", "flat_vs_reference", "cascade_vs_flat"), errors):
+        record_property(name, value)
+    assert max(errors) <= REL_TOL[dtype]
+
+
+def test_member_major_stacking_gives_a_wrong_answer_on_the_fused_kernels(rng):
+    # The negative control of test_attention.py, on the tensor-core kernels.
+    case = shared_prefix_case(rng, mx.bfloat16)
+    plan = plan_cascade(case.csr, ON)
+    layout = attention.cascade_layout(case.csr, plan)
+    q_members, members = case.q[layout.members], len(plan.members)
+    hq, d, hkv = case.q.shape[1], case.q.shape[2], case.num_kv_heads
+    # Each member alone over the shared span: what level 0 must give once unstacked.
+    shared_rows = host_csr([layout.shared.host.pages(0).tolist()] * members,
+                           [plan.shared_pages * case.host.block_size] * members, case.host.block_size)
+    want = reference_partial(q_members, case.k_pool, case.v_pool, shared_rows, case.scale)[0]
+
+    def level0(stacked, unstack):
+        o, lse = cuda.paged_attention_partial(stacked, case.k_pool, case.v_pool, layout.shared, scale=case.scale)
+        return np.array(unstack(o, lse)[0])
+
+    right = level0(stack_member_heads(q_members, hkv), lambda o, lse: unstack_member_heads(o, lse, members, hkv))
+    wrong = level0(q_members.reshape(1, members * hq, d),
+                   lambda o, lse: (o.reshape(members, hq, d), lse.reshape(members, hq)))
+    assert relative_error(right, want) <= REL_TOL[mx.bfloat16]
+    assert relative_error(wrong, want) > 0.3

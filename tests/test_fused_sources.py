@@ -1,0 +1,128 @@
+"""What can be checked of the fused GPU kernels without a GPU: the CUDA
+sources compile (nvcc, for sm_90, inside the translation unit MLX builds)
+without spills and within the register budget the launch plan assumes; the
+Metal twin keeps the CUDA sections in order; dispatch; the host-side fallbacks.
+Their numerics are tested on a CUDA device by test_fused_kernels.py."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from cuda_unit import compile_unit, nvcc, translation_unit
+from mlxcel import kernels
+from mlxcel.kernels import cuda, fused, metal, portable
+from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
+
+needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
+
+# A block of WARPS * 32 = 128 threads at this many registers a lane lets three
+# blocks share an SM's 65536 registers, as many as its staging memory allows
+# (3 x 68 KB at D=128); more registers would cost a resident block.
+REGISTER_BUDGET = 65536 // (3 * 128)
+
+
+def partial_unit(pool: str, head_dim: int, warps_m: int) -> str:
+    p = cuda.KERNELS.platform
+    return translation_unit(
+        "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
+        [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
+         ("tiles", "int32")],
+        [("out", "float32"), ("out_lse", "float32")],
+        [("T", pool), ("TQ", "float32"), ("D", head_dim), ("WM", warps_m), ("WARPS", p.warps),
+         ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+
+
+def resources(report: str) -> tuple[int, int]:
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill", report))
+    return registers, spills
+
+
+@needs_nvcc
+@pytest.mark.parametrize("pool, head_dim, warps_m", [
+    ("bfloat16", 128, 1), ("bfloat16", 128, 2), ("bfloat16", 128, 4), ("float16", 64, 1),
+])
+def test_partial_kernel_compiles_without_spills(tmp_path, pool, head_dim, warps_m):
+    registers, spills = resources(compile_unit(partial_unit(pool, head_dim, warps_m), tmp_path))
+    assert spills == 0
+    assert registers <= REGISTER_BUDGET
+
+
+@needs_nvcc
+def test_merge_kernel_compiles(tmp_path):
+    unit = translation_unit("merge", cuda.HEADER, cuda.MERGE_SOURCE,
+                            [("v_in", "float32"), ("lse_in", "float32"), ("indptr", "int32")],
+                            [("out", "float32"), ("out_lse", "float32")],
+                            [("TV", "float32"), ("TL", "float32"), ("D", 128)])
+    assert resources(compile_unit(unit, tmp_path))[1] == 0
+
+
+def sections(source: str) -> list[str]:
+    """Section titles, without the platform's fragment-layout notes in parentheses."""
+    return [title.split(" (")[0] for title in re.findall(r"// ---- (.+?) ----", source)]
+
+
+def test_metal_twin_has_the_cuda_sections_in_order():
+    assert sections(metal.PARTIAL_SOURCE) == sections(cuda.PARTIAL_SOURCE)
+    assert len(sections(cuda.PARTIAL_SOURCE)) == 7
+
+
+def test_staging_fits_each_platform():
+    assert cuda.KERNELS.platform.staging_bytes(128) <= 227 * 1024 // 3    # three blocks per H100/H200 SM
+    assert metal.KERNELS.platform.staging_bytes(128) <= 32 * 1024          # Apple's threadgroup memory
+
+
+def test_cuda_is_dispatched_and_metal_only_on_request(monkeypatch, caplog):
+    monkeypatch.delenv("MLXCEL_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "_gpu_platform", lambda: "cuda")
+    assert kernels.backend() is cuda
+    monkeypatch.setattr(kernels, "_gpu_platform", lambda: "metal")
+    assert kernels.backend() is portable
+    monkeypatch.setenv("MLXCEL_KERNELS", "fused")
+    assert kernels.backend() is metal
+    monkeypatch.setenv("MLXCEL_KERNELS", "portable")
+    assert kernels.backend() is portable
+
+
+@pytest.mark.parametrize("dtype", [mx.float32])
+def test_pools_the_kernel_does_not_take_go_through_the_portable_kernels(rng, dtype):
+    # float32 pools never reach the matrix-unit kernel: same result as portable, on any device.
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=64, dtype=dtype)
+    assert fused.unsupported(case.q, case.k_pool) is not None
+    got = cuda.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+    want = portable.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
+
+
+def test_unsupported_reasons():
+    for d in (80, 256):
+        assert f"head dim {d}" in fused.unsupported(mx.zeros((1, 8, d)), mx.zeros((1, 16, 2, d), mx.bfloat16))
+    assert "pool dtype" in fused.unsupported(mx.zeros((1, 8, 64)), mx.zeros((1, 16, 2, 64)))
+    assert fused.unsupported(mx.zeros((1, 8, 128)), mx.zeros((1, 16, 2, 128), mx.float16)) is None
+
+
+def test_groups_of_one_merge_without_a_kernel(rng):
+    v_in = mx.array(rng.standard_normal((3, 4, 64)).astype(np.float32))
+    lse_in = mx.array(rng.standard_normal((3, 4)).astype(np.float32))
+    v, lse = cuda.merge_states(v_in, lse_in, np.array([0, 1, 2, 3]))
+    np.testing.assert_array_equal(np.array(v), np.array(v_in))
+    np.testing.assert_array_equal(np.array(lse), np.array(lse_in))
+
+
+def test_scale_is_baked_in_log2_units():
+    bits = fused.scale_bits(0.125)
+    assert np.array([bits], np.int32).view(np.float32)[0] == np.float32(0.125 / np.log(2.0))
+
+
+def test_poison_comes_from_the_environment(monkeypatch, caplog):
+    monkeypatch.setenv(fused.POISON_ENV, "nan")
+    assert np.isnan(fused.poison_from_env())
+    monkeypatch.delenv(fused.POISON_ENV)
+    with caplog.at_level(logging.WARNING):
+        assert fused.poison_from_env() is None

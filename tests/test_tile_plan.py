@@ -1,0 +1,90 @@
+"""Launch planning of the fused GPU kernels (host side, runs on the CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlxcel.kernels import PagedCsrView
+from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.tile_plan import (MIN_TILE_TOKENS, TARGET_BLOCKS, fused_tiles, head_layout, plan_tiles,
+                                      split_rows, tile_width)
+
+
+def random_host(rng, rows=7, block_size=16):
+    pages = rng.integers(1, 40, rows)
+    ids = rng.permutation(int(pages.sum()) + 5)
+    tables, at = [], 0
+    for p in pages:
+        tables.append(ids[at: at + p].tolist())
+        at += p
+    tokens = [(p - 1) * block_size + int(rng.integers(1, block_size + 1)) for p in pages]
+    offsets = [int(rng.integers(0, min(t, block_size))) if i % 2 else 0 for i, t in enumerate(tokens)]
+    return host_csr(tables, tokens, block_size, offsets)
+
+
+@pytest.mark.parametrize("width", [1, 2, 5, 16, 64])
+def test_tiles_cover_every_page_once_in_order(width):
+    rng = np.random.default_rng(width)
+    host = random_host(rng)
+    geometry, row_indptr = split_rows(host, width)
+    for row in range(host.num_rows):
+        tiles = geometry[row_indptr[row]: row_indptr[row + 1]]
+        assert (tiles[:, 0] == row).all()
+        pages = np.concatenate([host.indices[b: b + n] for _, b, n, _, _ in tiles])
+        np.testing.assert_array_equal(pages, host.pages(row))
+        lengths = tiles[:, 2]
+        assert lengths.max() <= width and lengths.max() - lengths.min() <= 1   # balanced, no short tail tile
+        # first_page_offset applies to a row's first tile only; the last tile holds the partial page.
+        assert tiles[0, 3] == host.first_page_offset[row] and (tiles[1:, 3] == 0).all()
+        assert tiles[-1, 4] == 1 and (tiles[:-1, 4] == 0).all()
+
+
+def test_plan_flags_one_tile_per_row():
+    host = random_host(np.random.default_rng(0))
+    assert plan_tiles(host, 64).one_per_row
+    plan = plan_tiles(host, 3)
+    assert not plan.one_per_row and plan.num_tiles == int((-(-host.num_pages() // 3)).sum())
+    np.testing.assert_array_equal(np.array(plan.row_indptr_device), plan.row_indptr)
+
+
+def test_width_keeps_long_batches_whole_and_splits_one_long_row():
+    # 64 rows of 33K tokens, 8 KV heads: 512 blocks per tile-per-row, about a wave: no split needed.
+    assert tile_width(np.full(64, 1056), 8, 32, target_blocks=512) == 1056
+    # Cascade level 0: one row of 256 pages, 16 blocks per tile: split to offer TARGET_BLOCKS.
+    width = tile_width(np.array([256]), 16, 32)
+    tiles = -(-256 // width)
+    assert tiles * 16 >= TARGET_BLOCKS or width * 32 == MIN_TILE_TOKENS
+    assert width * 32 >= MIN_TILE_TOKENS
+
+
+def test_width_never_goes_below_the_minimum_tile_unless_rows_are_shorter():
+    assert tile_width(np.array([72] * 4), 8, 32) * 32 >= MIN_TILE_TOKENS
+    assert tile_width(np.array([3, 2]), 1, 32) == 3              # shorter than the minimum: one tile per row
+    assert tile_width(np.array([0, 0]), 8, 32) == 1
+
+
+def test_width_is_the_widest_that_reaches_the_target():
+    pages = np.array([100, 37, 250, 8])
+    width = tile_width(pages, 4, 64, target_blocks=200)   # minimum tile: 4 pages
+    count = lambda w: int((-(-pages // w)).sum())   # noqa: E731
+    assert width > 4 and count(width) * 4 >= 200 and count(width + 1) * 4 < 200
+
+
+def test_fused_tiles_are_memoized_and_chunk_pages_overrides(monkeypatch):
+    host = random_host(np.random.default_rng(3))
+    csr = PagedCsrView.from_host(host)
+    assert fused_tiles(csr, None, 8) is fused_tiles(csr, None, 8)
+    assert fused_tiles(csr, 3, 8).geometry.shape[0] == int((-(-host.num_pages() // 3)).sum())
+    monkeypatch.setenv("MLXCEL_CHUNK_PAGES", "2")
+    assert fused_tiles(csr, None, 8) is fused_tiles(csr, 2, 8)
+
+
+@pytest.mark.parametrize("heads, warps, warps_m, groups", [
+    (1, 4, 1, 1), (4, 4, 1, 1), (16, 4, 1, 1), (17, 4, 2, 1), (32, 4, 2, 1), (48, 4, 4, 1),
+    (64, 4, 4, 1), (128, 4, 4, 2), (256, 4, 4, 4), (100, 2, 2, 4), (8, 2, 1, 1),
+])
+def test_head_layout(heads, warps, warps_m, groups):
+    layout = head_layout(heads, warps)
+    assert (layout.warps_m, layout.groups) == (warps_m, groups)
+    assert layout.groups * layout.warps_m * 16 >= heads > (layout.groups - 1) * layout.warps_m * 16
