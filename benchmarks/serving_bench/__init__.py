@@ -1,0 +1,1 @@
+"""The pieces of benchmarks/bench_serving_concurrency.py."""
