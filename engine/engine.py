@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Callable
 
 import mlx.core as mx
+import psutil
 
 from .config import CascadeConfig, EngineConfig
 from .metrics import DecodeOutcome, EngineMetrics
@@ -30,6 +31,7 @@ log = logging.getLogger("mlxcel.engine")
 EventCallback = Callable[[Sequence, "int | None", "str | None"], None]
 
 RECENT_STEPS = 512
+PROCESS = psutil.Process()  # this process, for the snapshot's `extra` figures
 
 
 class EngineClosed(RuntimeError):
@@ -79,9 +81,14 @@ class Engine:
     @property
     def snapshot(self) -> EngineSnapshot:
         """The snapshot published after the last step, with the cascade settings
-        and pause state as they are now: both change between steps, and an idle
-        or paused engine publishes no step."""
-        return replace(self._snapshot, cascade=self.cascade.as_dict(), paused=self.paused)
+        and pause state as they are now (both change between steps, and an idle
+        or paused engine publishes no step), and in `extra` this process's
+        memory and CPU as read now, for viewers in other processes."""
+        extra = {"process_rss_bytes": PROCESS.memory_info().rss,
+                 "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
+                 "mlx_active_memory_bytes": mx.get_active_memory(),
+                 "mlx_peak_memory_bytes": mx.get_peak_memory()}
+        return replace(self._snapshot, cascade=self.cascade.as_dict(), paused=self.paused, extra=extra)
 
     @snapshot.setter
     def snapshot(self, snapshot: EngineSnapshot) -> None:

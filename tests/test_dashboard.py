@@ -19,8 +19,9 @@ from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, DEFAULT_QUESTIONS, DEFA
 from mlxcel_tui.app import DashboardApp, settle
 from mlxcel_tui.fake_source import FakeSource, demo_source
 from mlxcel_tui.frame import STALL_LAUNCHES, HostInfo, RateMeter, StallWatch, launch_key, launches
+from mlxcel_tui.panels import format as fmt
+from mlxcel_tui.panels.latency import scale_top, sparkline, switch_marks
 from mlxcel_tui.panels.launch_paths import LaunchPathsPanel
-from mlxcel_tui.panels.page_map import PageMap
 from mlxcel_tui.panels.status import StatusLine
 from mlxcel_tui.source import EngineSource, SourceError
 
@@ -286,3 +287,14 @@ def test_rate_meter_and_stall_watch():
     assert watch.observe(True, {fused: 140, key: 0}) == 40
     assert watch.observe(True, {fused: 150, key: 2}) == 0  # cascade moved: the watch restarts
     assert watch.observe(False, {fused: 400, key: 2}) == 0
+
+
+def test_latency_sparkline_scale_clip_and_switch_marks():
+    values = [4.0, 5.0, 4.0, 5.0, 100.0]  # a stall would flatten the rest
+    top = scale_top(values)
+    assert top == 15.0
+    line = sparkline(values, [False, False, True, True, True], top)
+    assert line.plain[-1] == "█" and str(line.spans[-1].style) == fmt.WARN
+    assert {str(s.style) for s in line.spans[:2]} == {fmt.CASCADE_OFF}
+    assert switch_marks([False, False, True, True, False], None).plain == "  ▲ ▼"
+    assert switch_marks([True, True], False).plain == "▲ "

@@ -11,14 +11,26 @@ from ..frame import Frame
 from . import format as fmt
 
 BARS = "▁▂▃▄▅▆▇█"
-LABEL = 14  # width of the row labels
+LABEL = 16  # width of the row labels
 
 
-def sparkline(values: list[float], states: list[bool]) -> Text:
-    """One bar per value scaled from 0 to the maximum, coloured by cascade state."""
-    top = max(values, default=0.0)
+def scale_top(values: list[float]) -> float:
+    """The value a full bar stands for: the maximum, or three times the median
+    when an outlier (a first step, a stall) would flatten everything else."""
+    if not values:
+        return 0.0
+    median = sorted(values)[len(values) // 2]
+    return min(max(values), 3 * median) if median > 0 else max(values)
+
+
+def sparkline(values: list[float], states: list[bool], top: float) -> Text:
+    """One bar per value scaled from 0 to top, coloured by cascade state;
+    values above top are full bars in the warning colour."""
     text = Text(no_wrap=True)
     for value, on in zip(values, states):
+        if top and value > top:
+            text.append(BARS[-1], fmt.WARN)
+            continue
         level = min(len(BARS) - 1, int(value / top * len(BARS))) if top else 0
         text.append(BARS[level], fmt.CASCADE_ON if on else fmt.CASCADE_OFF)
     return text
@@ -67,12 +79,14 @@ class LatencyPanel(Widget):
             f"  over the last {len(decode)} decode steps{switched}")
         if not shown:
             return Text.assemble(head, "\n", ("no decode step yet", fmt.MUTED))
+        ms_top, tps_top = scale_top(step_ms), scale_top(tps)
         lines = [
             head,
-            Text.assemble(f"{'step ms ≤' + format(max(step_ms), '.1f'):<{LABEL}}", sparkline(step_ms, states)),
+            Text.assemble(f"{'step ms ≤' + format(ms_top, '.1f'):<{LABEL}}", sparkline(step_ms, states, ms_top)),
             Text.assemble(" " * LABEL, switch_marks(states, before)),
-            Text.assemble(f"{'tok/s ≤' + format(max(tps), ',.0f'):<{LABEL}}", sparkline(tps, states)),
+            Text.assemble(f"{'tok/s ≤' + format(tps_top, ',.0f'):<{LABEL}}", sparkline(tps, states, tps_top)),
             Text.assemble((" " * LABEL), ("█", fmt.CASCADE_ON), " cascade on  ", ("█", fmt.CASCADE_OFF),
-                          " cascade off  ▲▼ switched on/off  (bars scaled from 0; newest right)"),
+                          " cascade off  ", ("█", fmt.WARN), " above the scale  ▲▼ switched on/off"
+                          "  (bars from 0; newest right)"),
         ]
         return Text("\n").join(lines)

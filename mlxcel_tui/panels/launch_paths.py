@@ -12,13 +12,13 @@ from textual.widget import Widget
 from ..frame import CASCADE_FAILURES, Frame, launches
 from . import format as fmt
 
-ROWS = (("fused_v2", "fused_v2", "paged kernel, pages read in place"),
-        ("cascade", "└ cascade", "two levels, shared span once"),
-        ("gather", "gather", "prefill / fallback, pages copied"))
+ROWS = (("fused_v2", "fused_v2", "pages read in place"),
+        ("cascade", "└ cascade", "of fused_v2"),
+        ("gather", "gather", "prefill, fallback"))
 
 
 class LaunchPathsPanel(Widget):
-    frame: reactive[Frame | None] = reactive(None)
+    frame: reactive[Frame | None] = reactive(None, layout=True)  # auto height follows the content
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -37,11 +37,11 @@ class LaunchPathsPanel(Widget):
         for path, label, note in ROWS:
             n = launches(f.metrics, path)
             if path == "cascade":
-                note = f"{fmt.percent(n, fused)} of fused_v2 · {note}"
+                note = f"{fmt.percent(n, fused)} {note}"
             table.add_row(label, fmt.count(n), fmt.rate(f.rate(path)), note)
         failures = f.metrics.get(CASCADE_FAILURES, 0.0)
         table.add_row(Text("failures", style=fmt.BAD if failures else ""), fmt.count(failures),
-                      fmt.rate(f.rates.get(CASCADE_FAILURES)), "planned cascades that fell back")
+                      fmt.rate(f.rates.get(CASCADE_FAILURES)), "cascades that fell back")
         snap = f.snapshot
         if f.stalled:
             why = snap["decline_reason"] or "no reason given"

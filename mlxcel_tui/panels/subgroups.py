@@ -12,7 +12,7 @@ from .page_map import PLAN_COLOUR
 
 
 class SubgroupsPanel(Widget):
-    frame: reactive[Frame | None] = reactive(None)
+    frame: reactive[Frame | None] = reactive(None, layout=True)  # auto height follows the content
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
