@@ -96,7 +96,7 @@ class DashboardApp(App):
 
     def on_mount(self) -> None:
         self.theme = "textual-dark"
-        self._timer = self.set_interval(self.interval, self.action_poll)
+        self._timer = self.set_interval(self.interval, self.tick)
         self.query_one("#map-table", DataTable).focus()
         self.action_poll()
 
@@ -110,7 +110,12 @@ class DashboardApp(App):
     def watch_interval(self, interval: float) -> None:
         if self._timer is not None:
             self._timer.stop()
-            self._timer = self.set_interval(interval, self.action_poll)
+            self._timer = self.set_interval(interval, self.tick)
+
+    def tick(self) -> None:
+        """The refresh timer: a slow source is not polled again while it answers."""
+        if not self._polling:
+            self.action_poll()
 
     def action_poll(self) -> None:
         """Start a poll, unless one is in flight (then poll again right after it)."""

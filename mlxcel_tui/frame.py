@@ -117,7 +117,6 @@ class Frame:
     url: str | None
     can_control: bool
     poll: int  # how many polls succeeded, for the status line
-    error: str | None = None  # the latest poll failed: why (the data is the last good one)
 
     @property
     def stalled(self) -> bool:
