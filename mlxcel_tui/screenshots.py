@@ -41,6 +41,13 @@ async def capture(out: Path, steps: int) -> list[Path]:
                     await pilot.pause(0.1)
                 await pilot.pause(SETTLE_SECONDS)
                 engine.stop()
+                # A session between two turns has no live sequence: step on (a
+                # prefill or two) until the picture shows every session.
+                for _ in range(2 * SESSIONS):
+                    if len(engine.snapshot.sequences) == SESSIONS:
+                        break
+                    engine.step()
+                await pilot.press("r")
                 await settle(pilot)
                 if name:
                     written.append(Path(app.save_screenshot(name, str(out))))

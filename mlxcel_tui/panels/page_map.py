@@ -85,7 +85,8 @@ class PageMap(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="map-legend")
-        table = DataTable(id="map-table", cursor_type="row", zebra_stripes=False)
+        # No cursor: a highlighted row would hide its page colours; arrows and PgUp/PgDn scroll.
+        table = DataTable(id="map-table", cursor_type="none")
         table.fixed_columns = FIXED_COLUMNS
         yield table
 
@@ -150,14 +151,9 @@ class PageMap(Vertical):
         self.border_subtitle = f"{len(rows)} sequences" if rows else "no live sequences (a adds a session)"
 
     def rebuild(self, table: DataTable, rows: list[tuple[str, list]]) -> None:
-        """Rebuild from scratch (rows came or went, or cells must shrink), keeping
-        the cursor on the same sequence where it still exists."""
-        selected = self._keys[table.cursor_row] if 0 <= table.cursor_row < len(self._keys) else None
+        """Rebuild from scratch: rows came or went, or cells must shrink."""
         table.clear(columns=True)
         for i, label in enumerate(COLUMNS):
             table.add_column(label, key=str(i))
         for key, cells in rows:
             table.add_row(*cells, key=key)
-        keys = [key for key, _ in rows]
-        if selected in keys:
-            table.move_cursor(row=keys.index(selected), animate=False)
