@@ -298,9 +298,11 @@ class Engine:
             self._thread = None
 
     def shutdown(self, reason: str = "cancelled") -> None:
-        """Close, stop the thread and end every queued or running request with `reason`."""
+        """Close, stop the thread and end every queued or running request with `reason`.
+        Waits for a step in progress however long it takes: returning (and so letting
+        the process exit) while the engine thread is inside MLX aborts the process."""
         self.close(reason)
-        self.stop()
+        self.stop(timeout=None)
         self._drain_inbox()
         self.snapshot = self._build_snapshot()
 

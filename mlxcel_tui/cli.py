@@ -263,11 +263,22 @@ def _error_line(message: str, debug: bool) -> None:
     click.echo("Error: " + " ".join(message.split()), err=True)
 
 
+def _exit(status: int) -> None:
+    """Leave without interpreter teardown. The engine thread's MLX per-thread state
+    is destroyed after Thread.join() returns, and finalizing the interpreter at the
+    same time aborts the process ("terminate called without an active exception",
+    status 134). Everything worth keeping is written by now: flush and go."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def tui_main() -> None:
     blas.reexec_with_openblas()
-    sys.exit(run(tui, sys.argv[1:], "mlxcel-tui"))
+    _exit(run(tui, sys.argv[1:], "mlxcel-tui"))
 
 
 def mlxcel_main() -> None:
     blas.reexec_with_openblas()
-    sys.exit(run(mlxcel, sys.argv[1:], "mlxcel"))
+    _exit(run(mlxcel, sys.argv[1:], "mlxcel"))
