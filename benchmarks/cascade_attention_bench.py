@@ -100,26 +100,31 @@ def launch_stats(metrics: EngineMetrics) -> str:
     return text + (f", failures {failures:.0f}" if failures else "")
 
 
-def compare_arms(cell: Cell, arms: dict[str, CascadeConfig], args,
-                 reps: int) -> tuple[dict[str, list[float]], dict[str, EngineMetrics]]:
-    """Per-rep mean step time of each arm. Arms alternate step by step (in
-    alternating order), so drift and noisy neighbours hit both alike."""
+def compare_arms(cell: Cell, arms: dict[str, CascadeConfig], args, reps: int
+                 ) -> tuple[dict[str, list[float]], dict[str, EngineMetrics], list[float]]:
+    """Per-rep mean step time of each arm, and the ratio second/first arm of
+    every adjacent pair of steps. Arms alternate step by step (in alternating
+    order), so drift and noisy neighbours hit both alike."""
     metrics = {name: EngineMetrics() for name in arms}
     for name, config in arms.items():
         for _ in range(args.warmup):
             cell.step(config, metrics[name])
     names = list(arms)
     times: dict[str, list[float]] = {name: [] for name in arms}
+    pair_ratios: list[float] = []
     for _ in range(reps):
         total = dict.fromkeys(names, 0.0)
         for i in range(args.steps):
+            took = {}
             for name in (names if i % 2 == 0 else names[::-1]):
                 start = time.perf_counter()
                 cell.step(arms[name], metrics[name])
-                total[name] += time.perf_counter() - start
+                took[name] = time.perf_counter() - start
+                total[name] += took[name]
+            pair_ratios.append(took[names[1]] / took[names[0]])
         for name in names:
             times[name].append(total[name] / args.steps)
-    return times, metrics
+    return times, metrics, pair_ratios
 
 
 def gathered_mb(cell: Cell, config: CascadeConfig) -> float:
@@ -166,7 +171,7 @@ def sweep(args) -> None:
                                                           cell.scale)).max())
             if diff > args.tolerance or ref > args.tolerance:
                 raise SystemExit(f"arms disagree at shared {shared} batch {batch}: {diff:.3g} / {ref:.3g}")
-            times, metrics = compare_arms(cell, {"flat": off, "cascade": on}, args, args.reps)
+            times, metrics, _ = compare_arms(cell, {"flat": off, "cascade": on}, args, args.reps)
             f, c = statistics.median(times["flat"]), statistics.median(times["cascade"])
             mb = f"{gathered_mb(cell, off):.1f} / {gathered_mb(cell, on):.1f}"
             print(f"| {shared} | {batch} | {f * 1e3:.2f} | {c * 1e3:.2f} | {f / c:.2f}x | {mb} | {diff:.2e} | {ref:.2e} "
@@ -174,20 +179,21 @@ def sweep(args) -> None:
             del cell
 
     print("\n## No-sharing overhead gate (same shapes, every row its own pages; cascade off vs on = "
-          "without vs with the detection scan)\n")
-    print("| shared | batch | off ms | on ms | overhead | scan us/step | scan share of step "
+          "without vs with the detection scan). overhead: medians of rep means; paired overhead: "
+          "median over adjacent step pairs of on/off; scan: the detection scan timed alone\n")
+    print("| shared | batch | off ms | on ms | overhead | paired overhead | scan us/step | scan share of step "
           "| reps off ms | reps on ms | on-arm launches | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shared in args.shared:
         for batch in args.batches:
             cell = Cell(args, shared, batch, sharing=False)
-            times, metrics = compare_arms(cell, {"off": off, "on": on}, args, args.gate_reps or args.reps)
+            times, metrics, ratios = compare_arms(cell, {"off": off, "on": on}, args, args.gate_reps or args.reps)
             a, b = statistics.median(times["off"]), statistics.median(times["on"])
             reps_off = " ".join(f"{t * 1e3:.1f}" for t in times["off"])
             reps_on = " ".join(f"{t * 1e3:.1f}" for t in times["on"])
             scan = scan_seconds(cell, on)
             print(f"| {shared} | {batch} | {a * 1e3:.2f} | {b * 1e3:.2f} | {(b / a - 1) * 100:+.2f}% "
-                  f"| {scan * 1e6:.0f} | {scan / a * 100:.3f}% | {reps_off} | {reps_on} "
+                  f"| {(statistics.median(ratios) - 1) * 100:+.2f}% | {scan * 1e6:.0f} | {scan / a * 100:.3f}% | {reps_off} | {reps_on} "
                   f"| {launch_stats(metrics['on'])} | {load()} |", flush=True)
             del cell
 

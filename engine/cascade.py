@@ -93,14 +93,13 @@ def find_candidates(host: HostCsr) -> tuple[list[Candidate], tuple[int, ...]]:
 
     limit = pages - 1                        # a member keeps its last page private
     eligible = np.flatnonzero(has_pages & ~mid_page & (limit >= 1))
+    group_firsts, group_sizes = np.unique(first[eligible], return_counts=True)
     found: list[Candidate] = []
-    if len(eligible) < 2:
+    if not (group_sizes >= 2).any():         # the common no-sharing case stops here
         return found, dropped
     tables = padded_tables(host)
-    for page in np.unique(first[eligible]):
-        group = eligible[first[eligible] == page]
-        if len(group) >= 2:
-            walk_group(tables, limit, group, 1, found)
+    for page in group_firsts[group_sizes >= 2]:
+        walk_group(tables, limit, eligible[first[eligible] == page], 1, found)
     return found, dropped
 
 
