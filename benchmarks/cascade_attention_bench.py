@@ -158,6 +158,13 @@ def sweep(args) -> None:
           f"block {args.block_size}, {args.dtype} pool, tail {args.tail}; steps {args.steps}, warmup "
           f"{args.warmup}, reps {args.reps}; {backend_name()} kernels, MLX {mx.__version__}, "
           f"{mx.default_device()}, {platform.machine()}\n")
+    if "sweep" in args.parts:
+        flat_vs_cascade(args, off, on)
+    if "gate" in args.parts:
+        overhead_gate(args, off, on)
+
+
+def flat_vs_cascade(args, off: CascadeConfig, on: CascadeConfig) -> None:
     print("| shared | batch | flat ms | cascade ms | flat/cascade | KV MB gathered flat / cascade "
           "| max abs diff flat vs cascade | cascade vs f64 ref | flat arm launches | cascade arm launches | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -178,6 +185,8 @@ def sweep(args) -> None:
                   f"| {launch_stats(metrics['flat'])} | {launch_stats(metrics['cascade'])} | {load()} |", flush=True)
             del cell
 
+
+def overhead_gate(args, off: CascadeConfig, on: CascadeConfig) -> None:
     print("\n## No-sharing overhead gate (same shapes, every row its own pages; cascade off vs on = "
           "without vs with the detection scan). overhead: medians of rep means; paired overhead: "
           "median over adjacent step pairs of on/off; scan: the detection scan timed alone\n")
@@ -214,6 +223,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--min-shared-pages", type=int, default=16)
     parser.add_argument("--min-members", type=int, default=2)
+    parser.add_argument("--parts", type=lambda t: t.split(","), default=["sweep", "gate"],
+                        help="sweep (flat vs cascade), gate (no-sharing overhead), or both")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs diff allowed between arms")
     sweep(parser.parse_args())
 
