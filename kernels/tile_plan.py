@@ -142,9 +142,14 @@ def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, blocks_per_tile: int
     """The view's tiles for a fused launch, memoized on its page structure.
     ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the portable
     kernels) overrides the width heuristic."""
-    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size)
-    key = ("fused_tiles", width)
-    plan = csr.structure.memo.get(key)
+    memo = csr.structure.memo
+    requested = requested_width(chunk_pages)
+    key = ("fused_tiles", blocks_per_tile, requested)
+    plan = memo.get(key)
     if plan is None:
-        plan = csr.structure.memo[key] = plan_tiles(csr.host, width)
+        width = requested or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size)
+        plan = memo.get(("fused_tiles_width", width))
+        if plan is None:
+            plan = memo[("fused_tiles_width", width)] = plan_tiles(csr.host, width)
+        memo[key] = plan
     return plan

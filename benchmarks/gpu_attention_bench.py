@@ -1,0 +1,298 @@
+"""Decode attention on the GPU: fused flat, fused cascade, and MLX's own SDPA.
+
+    python benchmarks/gpu_attention_bench.py --out OUTDIR
+
+One decode-attention call per cell (Hq=32, Hkv=8, D=128, bf16, block size 32,
+shared span S, private tail T per row, batch B):
+
+- flat: ``paged_decode_attention`` with cascade off (fused kernel over every
+  row's pages in place, tile merge when a row is split);
+- cascade: the same call with cascade on (planner, level 0 with all members'
+  heads stacked, level 1, merge);
+- sdpa: ``mx.fast.scaled_dot_product_attention`` over the same K/V gathered
+  into contiguous [B, Hkv, S+T, D] arrays (what mlx-lm runs).
+
+Outputs of the three are compared before any timing is trusted (and against
+the float64 reference on the smallest cells). Two timings per method, medians
+over repeats after a warm-up:
+
+- device: n calls chained by a data dependency (call i+1's q adds 0 x one
+  element of call i's output, so MLX's graph cannot overlap them), built
+  first, then one mx.eval + mx.synchronize around all n; the host's graph
+  building is excluded and reported on its own (host ms). This is the
+  kernel-level figure.
+- pipelined: n independent calls, each issued with mx.async_eval, closed by
+  mx.synchronize: what a Python caller issuing one call at a time sees, host
+  overhead included where it exceeds the device time.
+
+Inputs rotate over enough copies to exceed twice the L2, so repeated calls do
+not read a warm cache. Bytes are what each method must read and write at
+least (flat and SDPA: every row's K/V; cascade: the shared span once plus the
+tails); the copy bandwidth and the bf16 matmul rate are measured in the same
+run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from mlxcel.engine.attention import cascade_layout, paged_decode_attention, stack_member_heads
+from mlxcel.engine.cascade import plan_cascade
+from mlxcel.engine.config import CascadeConfig
+from mlxcel.kernels import PagedCsrView, backend_name, paged_attention_partial
+from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.reference import reference_decode
+
+HQ, HKV, D, BLOCK = 32, 8, 128, 32
+DTYPE = mx.bfloat16
+L2_BYTES = 60 * 2**20
+ON = CascadeConfig(enabled=True, min_shared_pages=16, min_members=2)
+OFF = CascadeConfig(enabled=False)
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def device_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,memory.total",
+                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return platform.processor()
+
+
+def chain(call, n: int) -> mx.array:
+    """n calls, call i+1 depending on call i's output (0 x one element added to its q)."""
+    out = None
+    for i in range(n):
+        out = call(i, None if out is None else out.reshape(-1)[:1] * 0)
+    return out
+
+
+def timed(call, n: int, reps: int) -> dict:
+    """Per-call seconds, medians over ``reps`` repeats of ``n`` calls (and IQRs)."""
+    device, host, pipelined = [], [], []
+    for _ in range(reps):
+        mx.synchronize()
+        start = time.perf_counter()
+        out = chain(call, n)
+        built = time.perf_counter()
+        mx.eval(out)
+        mx.synchronize()
+        done = time.perf_counter()
+        host.append((built - start) / n)
+        device.append((done - built) / n)
+    for _ in range(reps):
+        mx.synchronize()
+        start = time.perf_counter()
+        for i in range(n):
+            mx.async_eval(call(i, None))
+        mx.synchronize()
+        pipelined.append((time.perf_counter() - start) / n)
+
+    def stats(xs: list[float]) -> tuple[float, float]:
+        q1, _, q3 = statistics.quantiles(xs, n=4)
+        return statistics.median(xs), q3 - q1
+
+    (d, d_iqr), (h, _), (p, p_iqr) = stats(device), stats(host), stats(pipelined)
+    return {"s": d, "iqr_s": d_iqr, "host_s": h, "pipelined_s": p, "pipelined_iqr_s": p_iqr}
+
+
+def measure(call, reps: int, budget: float = 0.03) -> dict:
+    """Warm up (compiles), size the repeat to ~``budget`` seconds, then time."""
+    for i in range(3):
+        mx.eval(call(i, None))
+    start = time.perf_counter()
+    for i in range(5):
+        mx.eval(call(i, None))
+    each = (time.perf_counter() - start) / 5
+    return timed(call, max(3, min(200, int(budget / max(each, 1e-6)))), reps)
+
+
+def copy_bandwidth(reps: int, mib: int) -> float:
+    """Bytes read + written per second by an elementwise op (x + 1) on ``mib`` MiB."""
+    x = mx.random.normal((mib * 2**19,)).astype(DTYPE)
+    mx.eval(x)
+    return 2 * x.nbytes / measure(lambda i, dep: x + 1 if dep is None else x + dep.astype(DTYPE), reps)["s"]
+
+
+def matmul_rate(reps: int, n: int) -> float:
+    a, b = (mx.random.normal((n, n)).astype(DTYPE) for _ in range(2))
+    mx.eval(a, b)
+    return 2 * n**3 / measure(lambda i, dep: a @ b if dep is None else (a + dep.astype(DTYPE)) @ b, reps, 0.2)["s"]
+
+
+class Cell:
+    """One (shared, batch) cell: pools, queries and contiguous K/V, ``sets`` copies."""
+
+    def __init__(self, shared: int, tail: int, batch: int) -> None:
+        self.shared, self.tail, self.batch = shared, tail, batch
+        shared_pages, tail_pages = shared // BLOCK, tail // BLOCK
+        tables = [list(range(shared_pages)) + list(range(shared_pages + r * tail_pages,
+                                                          shared_pages + (r + 1) * tail_pages))
+                  for r in range(batch)]
+        self.host = host_csr(tables, [shared + tail] * batch, BLOCK)
+        self.csr = PagedCsrView.from_host(self.host)
+        self.blocks = shared_pages + batch * tail_pages
+        self.tokens = shared + tail
+        kv_bytes_per_token = HKV * D * 2 * 2
+        qo_bytes = batch * HQ * D * 2 * 2
+        self.flat_bytes = batch * self.tokens * kv_bytes_per_token + qo_bytes
+        self.cascade_bytes = (shared + batch * tail) * kv_bytes_per_token + qo_bytes
+        contiguous = batch * self.tokens * kv_bytes_per_token
+        self.sets = max(1, min(8, math.ceil(2 * L2_BYTES / contiguous)))
+        pool_shape = (self.blocks, BLOCK, HKV, D)
+        self.k_pools, self.v_pools, self.queries = [], [], []
+        for _ in range(self.sets):
+            self.k_pools.append(mx.random.normal(pool_shape).astype(DTYPE))
+            self.v_pools.append(mx.random.normal(pool_shape).astype(DTYPE))
+            self.queries.append(mx.random.normal((batch, HQ, D)).astype(DTYPE))
+        mx.eval(self.k_pools, self.v_pools, self.queries)
+        self.scale = D ** -0.5
+        self.pages = mx.array(np.stack([self.host.pages(r) for r in range(batch)]))
+
+    def contiguous(self, pool: mx.array) -> mx.array:
+        """[B, Hkv, S+T, D]: every row's pages gathered in order."""
+        rows = pool[self.pages].reshape(self.batch, -1, HKV, D)
+        return mx.contiguous(rows.transpose(0, 2, 1, 3))
+
+    def query(self, i: int, dep: mx.array | None) -> mx.array:
+        q = self.queries[i % self.sets]
+        return q if dep is None else q + dep.astype(DTYPE)
+
+    def flat(self, i: int, dep: mx.array | None = None) -> mx.array:
+        s = i % self.sets
+        return paged_decode_attention(self.query(i, dep), self.k_pools[s], self.v_pools[s], self.csr,
+                                      scale=self.scale, config=OFF)
+
+    def cascade(self, i: int, dep: mx.array | None = None) -> mx.array:
+        s = i % self.sets
+        return paged_decode_attention(self.query(i, dep), self.k_pools[s], self.v_pools[s], self.csr,
+                                      scale=self.scale, config=ON)
+
+    def sdpa_call(self):
+        """MLX SDPA over contiguous copies of the same K/V, [B, Hq, D] out."""
+        kv = [(self.contiguous(k), self.contiguous(v)) for k, v in zip(self.k_pools, self.v_pools)]
+        mx.eval(kv)
+
+        def sdpa(i: int, dep: mx.array | None = None) -> mx.array:
+            k, v = kv[i % self.sets]
+            q = self.query(i, dep)[:, :, None, :]
+            return mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale)[:, :, 0]
+        return sdpa
+
+    def level0(self, i: int, dep: mx.array | None = None, chunk_pages: int | None = None) -> mx.array:
+        """Cascade level 0 alone: the stacked-heads partial over the shared span (+ its tile merge)."""
+        s = i % self.sets
+        layout = cascade_layout(self.csr, plan_cascade(self.csr, ON))
+        q0 = stack_member_heads(self.query(i, dep)[layout.members], HKV)
+        return paged_attention_partial(q0, self.k_pools[s], self.v_pools[s], layout.shared, scale=self.scale,
+                                       chunk_pages=chunk_pages)[0]
+
+
+def relative_error(got: mx.array, want) -> float:
+    got = np.array(got.astype(mx.float32), np.float64)
+    want = np.asarray(want if not isinstance(want, mx.array) else want.astype(mx.float32), np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
+    cell = Cell(shared, args.tail, batch)
+    plan = plan_cascade(cell.csr, ON)
+    sdpa = cell.sdpa_call()
+    flat, cascaded, reference = cell.flat(0), cell.cascade(0), sdpa(0)
+    checks = {"flat_vs_sdpa": relative_error(flat, reference), "cascade_vs_sdpa": relative_error(cascaded, reference),
+              "cascade_vs_flat": relative_error(cascaded, flat)}
+    if shared * batch <= args.reference_limit:
+        ref = reference_decode(cell.queries[0], cell.k_pools[0], cell.v_pools[0], cell.host, cell.scale)
+        checks.update(flat_vs_float64=relative_error(flat, ref), cascade_vs_float64=relative_error(cascaded, ref),
+                      sdpa_vs_float64=relative_error(reference, ref))
+    if max(checks.values()) > args.tolerance:
+        raise SystemExit(f"outputs disagree at shared={shared} batch={batch}: {checks}")
+
+    result = {"shared": shared, "tail": args.tail, "batch": batch, "sets": cell.sets, "checks": checks,
+              "plan": None if plan is None else {"members": len(plan.members), "shared_pages": plan.shared_pages},
+              "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
+              "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
+    for name, call in (("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade), ("level0", cell.level0)):
+        for key, value in measure(call, args.reps).items():
+            result[f"{name}_{key}"] = value
+    return result
+
+
+def sweep_level0(args) -> list[dict]:
+    """Level-0 time against tile width at the headline cell (tunes the planner)."""
+    cell = Cell(8192, args.tail, 32)
+    rows = []
+    for pages in (2, 4, 8, 16, 32, 64, 256):
+        timing = measure(lambda i, dep, pages=pages: cell.level0(i, dep, pages), args.reps)
+        rows.append({"chunk_pages": pages, **timing})
+    return rows
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| S | B | SDPA ms | flat ms | cascade ms | level 0 ms | flat/SDPA | SDPA/cascade | cascade/flat "
+             "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | pipelined ms SDPA, flat, cascade |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['shared']} | {r['batch']} | {r['sdpa_s'] * 1e3:.3f} | {r['flat_s'] * 1e3:.3f} "
+            f"| {r['cascade_s'] * 1e3:.3f} | {r['level0_s'] * 1e3:.3f} | {r['flat_s'] / r['sdpa_s']:.2f} "
+            f"| {r['sdpa_s'] / r['cascade_s']:.1f} | {r['cascade_s'] / r['flat_s']:.2f} "
+            f"| {r['flat_bytes'] / r['flat_s'] / 1e12:.2f} | {r['cascade_bytes'] / r['cascade_s'] / 1e12:.2f} "
+            f"| {r['cascade_floor_s'] * 1e3:.4f} | {r['flat_host_s'] * 1e3:.3f}, {r['cascade_host_s'] * 1e3:.3f} "
+            f"| {r['sdpa_pipelined_s'] * 1e3:.3f}, {r['flat_pipelined_s'] * 1e3:.3f}, "
+            f"{r['cascade_pipelined_s'] * 1e3:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shared", type=int_list, default=[2048, 8192, 32768])
+    parser.add_argument("--batches", type=int_list, default=[4, 8, 32, 64])
+    parser.add_argument("--tail", type=int, default=256)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error between methods")
+    parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
+    parser.add_argument("--sweep", action="store_true", help="also time level 0 against tile width")
+    parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
+    parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    info = {"mlx": mx.__version__, "device": device_name(), "default_device": str(mx.default_device()),
+            "kernels": backend_name()}
+    bw, rate = copy_bandwidth(args.reps, args.copy_mib), matmul_rate(5, args.matmul_n)
+    info.update(copy_bandwidth_Bps=bw, matmul_bf16_flops=rate)
+    print(json.dumps(info), flush=True)
+    results = []
+    for shared in args.shared:
+        for batch in args.batches:
+            r = run_cell(args, shared, batch, bw)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    report = {"info": info, "cells": results}
+    if args.sweep:
+        report["level0_sweep"] = sweep_level0(args)
+        print(json.dumps(report["level0_sweep"]), flush=True)
+    (args.out / "attention_bench.json").write_text(json.dumps(report, indent=1))
+    text = (f"copy bandwidth {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s, "
+            f"{info['device']}, mlx {info['mlx']}, kernels {info['kernels']}\n\n" + table(results))
+    (args.out / "attention_bench.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""End-to-end decode throughput on the GPU: the engine with cascade on and off,
+and mlx-lm's BatchGenerator, on a random-weight Qwen3-8B-shaped model.
+
+    python benchmarks/gpu_e2e_bench.py --out OUTDIR
+
+The model (36 layers, hidden 4096, 32 query / 8 KV heads of 128, MLP 12288,
+bf16, the embedded 1024-token vocabulary) is generated on the machine by
+``mlxcel.engine.tiny_model.generate_random_model`` and loaded through the
+engine's ``load_model`` (mlx_lm.load underneath). ``concurrency`` prompts
+share a ``shared``-token prefix and differ in a short suffix; every request
+generates ``new_tokens`` greedy tokens (EOS ignored).
+
+Decode throughput counts full-batch decode steps only: steps in which every
+one of the ``concurrency`` requests got a token (both schedulers interleave
+the last prefills with the first decodes, and requests finish one by one at
+the end). Tokens/s = their tokens / their wall time; each step ends with the
+sampled tokens on the host, so wall time is device time plus the engine's
+host work. The arms' tokens are compared: identical work, greedy decoding;
+random weights give nearly flat logits, so a bf16 rounding difference
+between two attention groupings can flip an argmax, and the report says how
+many leading steps agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from mlxcel.engine.config import CascadeConfig, EngineConfig
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.model import load_model
+from mlxcel.engine.sequence import SamplingParams
+from mlxcel.engine.tiny_model import VOCAB_SIZE, generate_random_model
+
+QWEN3_8B = dict(model_type="qwen3", num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                intermediate_size=12288)
+FIRST_ORDINARY_TOKEN = 3      # ids 0..2 are the embedded tokenizer's special tokens
+
+
+def prompts(concurrency: int, shared: int, suffix: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    prefix = rng.integers(FIRST_ORDINARY_TOKEN, VOCAB_SIZE, shared).tolist()
+    return [prefix + rng.integers(FIRST_ORDINARY_TOKEN, VOCAB_SIZE, suffix).tolist() for _ in range(concurrency)]
+
+
+def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int) -> dict:
+    pages = sum(-(-(len(p) + new_tokens) // block_size) for p in batch)
+    engine = Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages + 64, max_running=len(batch),
+                                         prefill_chunk=2048),
+                    cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
+    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    seqs = [engine.submit(p, params) for p in batch]
+    steps = []                                   # (seconds, tokens) per engine step
+    produced = 0
+    while True:
+        begin = time.perf_counter()
+        if not engine.step():
+            break
+        now = sum(s.num_completion_tokens for s in seqs)
+        steps.append((time.perf_counter() - begin, now - produced))
+        produced = now
+    total = time.perf_counter() - start
+    registry = engine.metrics.registry
+    launches = {path: registry.get_sample_value("mlxcel_paged_decode_launches_total", {"path": path})
+                for path in ("fused_v2", "cascade", "gather")}
+    return {**throughput(steps, len(batch)), "total_s": total, "launches_per_layer_path": launches,
+            "tokens": [s.completion_token_ids for s in seqs]}
+
+
+def throughput(steps: list[tuple[float, int]], concurrency: int) -> dict:
+    full = [(t, n) for t, n in steps if n == concurrency]
+    seconds, tokens = sum(t for t, _ in full), sum(n for _, n in full)
+    return {"full_decode_steps": len(full), "decode_s": seconds, "decoded_tokens": tokens,
+            "decode_tokens_per_s": tokens / seconds if seconds else 0.0,
+            "median_step_ms": 1e3 * sorted(t for t, _ in full)[len(full) // 2] if full else None}
+
+
+def mlx_lm_arm(model, batch: list[list[int]], new_tokens: int) -> dict:
+    from mlx_lm.generate import BatchGenerator
+
+    gen = BatchGenerator(model, max_tokens=new_tokens, completion_batch_size=len(batch),
+                         prefill_batch_size=8, prefill_step_size=2048)
+    start = time.perf_counter()
+    uids = gen.insert(batch)
+    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+    steps = []
+    while any(len(t) < new_tokens for t in tokens.values()):
+        begin = time.perf_counter()
+        _, responses = gen.next()
+        for r in responses:
+            tokens[r.uid].append(r.token)
+        steps.append((time.perf_counter() - begin, len(responses)))
+    total = time.perf_counter() - start
+    gen.close()
+    return {**throughput(steps, len(batch)), "total_s": total, "tokens": [tokens[u] for u in uids]}
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
+    same_rows = sum(x == y for x, y in zip(a, b))
+    prefix = min(next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+                 for x, y in zip(a, b))
+    return {"identical_rows": same_rows, "rows": len(a), "steps_all_rows_agree": prefix}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, default=Path("/tmp/qwen3-8b-random"))
+    parser.add_argument("--layers", type=int, default=QWEN3_8B["num_layers"])
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--shared", type=int, default=8192)
+    parser.add_argument("--suffix", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--skip-mlx-lm", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device())}
+
+    def save() -> None:
+        (args.out / "e2e_bench.json").write_text(json.dumps(report, indent=1))
+
+    start = time.perf_counter()
+    if not (args.model_dir / "model.safetensors").exists():
+        generate_random_model(args.model_dir, **{**QWEN3_8B, "num_layers": args.layers}, seed=0, dtype="bfloat16")
+    report["model_generate_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    loaded = load_model(args.model_dir)
+    report["model_load_s"] = time.perf_counter() - start
+    batch = prompts(args.concurrency, args.shared, args.suffix)
+    print(json.dumps({k: report[k] for k in ("model_generate_s", "model_load_s")}), flush=True)
+
+    arms = {}
+    for name, cascade in (("cascade", True), ("flat", False)):
+        arms[name] = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size)
+        report[name] = {k: v for k, v in arms[name].items() if k != "tokens"}
+        print(name, json.dumps(report[name]), flush=True)
+        save()
+    report["cascade_vs_flat_tokens"] = agreement(arms["cascade"]["tokens"], arms["flat"]["tokens"])
+    if not args.skip_mlx_lm:
+        arms["mlx_lm"] = mlx_lm_arm(loaded.model, batch, args.new_tokens)
+        report["mlx_lm"] = {k: v for k, v in arms["mlx_lm"].items() if k != "tokens"}
+        report["flat_vs_mlx_lm_tokens"] = agreement(arms["flat"]["tokens"], arms["mlx_lm"]["tokens"])
+        print("mlx_lm", json.dumps(report["mlx_lm"]), flush=True)
+    save()
+    rows = [f"| {name} | {report[name]['decode_tokens_per_s']:.0f} | {report[name]['median_step_ms']:.2f} "
+            f"| {report[name]['full_decode_steps']} | {report[name]['total_s']:.1f} |" for name in arms]
+    text = ("| arm | decode tok/s (full-batch steps) | median step ms | steps | total s |\n|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n\n"
+            + json.dumps({k: report[k] for k in report if k.endswith("_tokens")}))
+    (args.out / "e2e_bench.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU run of the fused kernels, in one script: install MLX from carried
+# wheels, run the correctness tests on the GPU, then the benchmarks; results
+# (logs, junit xml, json, markdown tables) go to OUTDIR.
+#
+#   benchmarks/gpu_suite.sh OUTDIR [WHEEL_DIR ...]
+#
+# WHEEL_DIRs hold MLX's CUDA wheels as ../shared/tools/mlx-cuda-wheels
+# prepares them (.whl-a: mlx + part.aa, .whl-b: part.ab) and optionally
+# mlx-lm's wheel (.whl-lm); their files are gathered in /tmp/w, the split
+# wheel is put back together and everything installs into /tmp/site. A
+# machine where /tmp/site already imports mlx skips the install, so a first
+# call can copy one half and a second call bring the other and run the rest.
+#
+# Steps (each logged; a failing step is recorded and the next still runs):
+#   1. MLXCEL_KERNELS=fused, outputs poisoned with NaN: the fused-kernel tests
+#      and the kernel and decode-path suites (tests/test_fused_kernels.py,
+#      test_kernels.py, test_attention.py, test_cascade_planner.py).
+#   2. The same suites on the portable kernels on the GPU (MLXCEL_KERNELS=portable).
+#   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep).
+#   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel).
+# Runs well under 10 minutes without step 4; step 4 adds about 4.
+set -uo pipefail
+out=${1:?usage: gpu_suite.sh OUTDIR [WHEEL_DIR ...]}
+shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+site=/tmp/site
+mkdir -p "$out"
+status=0
+step() {  # step NAME COMMAND...: run, log to OUTDIR/NAME.log, remember failures
+  local name=$1
+  shift
+  echo "== $name: $*"
+  local begin=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - begin)) s" | tee -a "$out/summary.txt"
+  tail -n 25 "$out/$name.log"
+  [ $rc -eq 0 ] || status=1
+}
+
+if ! PYTHONPATH=$site python3 -c "import mlx.core" 2>/dev/null; then
+  mkdir -p /tmp/w
+  for d in "$@"; do cp "$d"/* /tmp/w/; done
+  if ! ls /tmp/w/part.ab >/dev/null 2>&1; then
+    echo "wheels copied to /tmp/w; the other half is still missing"
+    exit 0
+  fi
+  cat /tmp/w/part.* >/tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /tmp/w/*.whl || exit 1
+fi
+
+# mlxcel.engine and mlxcel.kernels are engine/ and kernels/ (setuptools
+# package-dir); without installing the project, a namespace folder maps them.
+shim=/tmp/mlxcel-shim
+mkdir -p "$shim/mlxcel"
+ln -sfn "$root/engine" "$shim/mlxcel/engine"
+ln -sfn "$root/kernels" "$shim/mlxcel/kernels"
+export PYTHONPATH=$site:$shim:$root:$root/tests
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+cd "$root"
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,temperature.gpu --format=csv
+  python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device(), 'cuda', mx.cuda.is_available())"
+} 2>&1 | tee "$out/device.txt"
+
+suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py"
+step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
+  python3 -m pytest -q -p no:cacheprovider -rs --junitxml="$out/tests_fused.xml" $suites
+step tests_portable env MLXCEL_KERNELS=portable \
+  python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tests/test_attention.py
+step attention_bench python3 benchmarks/gpu_attention_bench.py --out "$out" --sweep
+if [ "${GPU_SUITE_E2E:-0}" = 1 ]; then
+  step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"
+fi
+cat "$out/summary.txt"
+exit $status
