@@ -12,7 +12,8 @@
 # machine where /tmp/site already imports mlx skips the install, so a first
 # call can copy one half and a second call bring the other and run the rest.
 #
-# Steps (each logged; a failing step is recorded and the next still runs):
+# Steps (each logged; a failing step is recorded and the next still runs,
+# except the smoke step: a few kernel tests that stop the run when they fail):
 #   1. MLXCEL_KERNELS=fused, outputs poisoned with NaN: the fused-kernel tests
 #      and the kernel and decode-path suites (tests/test_fused_kernels.py,
 #      test_kernels.py, test_attention.py, test_cascade_planner.py).
@@ -64,9 +65,17 @@ cd "$root"
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device(), 'cuda', mx.cuda.is_available())"
 } 2>&1 | tee "$out/device.txt"
 
+# A few kernels first: a kernel that fails to compile or to compute would
+# otherwise fail (and recompile) in every test of the suites.
+step smoke env MLXCEL_POISON_OUTPUTS=nan python3 -m pytest -q -x -p no:cacheprovider \
+  tests/test_fused_kernels.py::test_merge_matches_reference tests/test_fused_kernels.py::test_stacked_heads_of_a_cascade_level_0
+if [ $status -ne 0 ]; then
+  cat "$out/summary.txt"
+  exit 1
+fi
 suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py"
 step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
-  python3 -m pytest -q -p no:cacheprovider -rs --junitxml="$out/tests_fused.xml" $suites
+  python3 -m pytest -q -p no:cacheprovider -rs --maxfail=10 --junitxml="$out/tests_fused.xml" $suites
 step tests_portable env MLXCEL_KERNELS=portable \
   python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tests/test_attention.py
 step attention_bench python3 benchmarks/gpu_attention_bench.py --out "$out" --sweep

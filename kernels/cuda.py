@@ -33,6 +33,11 @@ from .fused import FusedKernels, Platform
 HEADER = r"""
 namespace mlxcel {
 
+// MLX 0.32.4's kernel prelude defines no infinity constant.
+__device__ __forceinline__ float infinity() {
+  return __int_as_float(0x7f800000);
+}
+
 // m16n8k16 tensor-core product, D = A B + D. A: 16x16 row-major (4 words),
 // B: 16x8 column-major (2 words), D: 16x8 float32 (4 floats per lane).
 template <typename T> struct Mma;
@@ -121,6 +126,7 @@ PARTIAL_SOURCE = r"""
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
   const float scale = __int_as_float(SCALE_BITS);
+  const float neg_inf = -mlxcel::infinity();
 
   const int block_size = k_pool_shape[1];
   const int kv_heads = k_pool_shape[2];
@@ -186,7 +192,7 @@ PARTIAL_SOURCE = r"""
   float acc[DT][4];
   #pragma unroll
   for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-  float row_max[2] = {-inf, -inf};                 // rows g, g+8; log2 domain
+  float row_max[2] = {neg_inf, neg_inf};                 // rows g, g+8; log2 domain
   float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
   const int chunk_begin = first_slot / CHUNK;
@@ -224,13 +230,13 @@ PARTIAL_SOURCE = r"""
 
         // ---- 4. mask and online softmax ----
         const int slot0 = chunk * CHUNK + token0;
-        float step_max[2] = {-inf, -inf};
+        float step_max[2] = {neg_inf, neg_inf};
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
-            if (slot < first_slot || slot >= end_slot) s[nt][c] = -inf;
+            if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
             step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
           }
         }
@@ -238,7 +244,7 @@ PARTIAL_SOURCE = r"""
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
-          base[r] = top == -inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
+          base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
           alpha[r] = exp2f(row_max[r] - base[r]);
           row_max[r] = top;
           row_sum[r] *= alpha[r];
@@ -305,12 +311,12 @@ PARTIAL_SOURCE = r"""
     const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
     const int head = (group * WM + wm) * 16 + r;
     if (head >= heads) continue;
-    float top = -inf;
+    float top = neg_inf;
     #pragma unroll
     for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
     const size_t out_row = size_t(tile) * q_heads + kv_head * heads + head;
     float total = 0.f, value = 0.f;
-    if (top != -inf) {
+    if (top != neg_inf) {
       #pragma unroll
       for (int j = 0; j < SPLIT; ++j) {
         const int w = (j * WM + wm) * 16 + r;
@@ -320,12 +326,13 @@ PARTIAL_SOURCE = r"""
       }
     }
     out[out_row * D + d] = total > 0.f ? value / total : 0.f;
-    if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : -inf;
+    if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : neg_inf;
   }
 """
 
 MERGE_SOURCE = r"""
   constexpr int VEC = D / 32;                       // contiguous floats per lane
+  const float neg_inf = -mlxcel::infinity();
   const int heads = v_in_shape[1];
   const int groups = indptr_shape[0] - 1;
   const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -334,7 +341,7 @@ MERGE_SOURCE = r"""
   const int group = item / heads, head = item % heads;
   const int begin = indptr[group], end = indptr[group + 1];
 
-  float top = -inf;
+  float top = neg_inf;
   for (int i = begin + lane; i < end; i += 32) top = fmaxf(top, static_cast<float>(lse_in[size_t(i) * heads + head]));
   #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
@@ -342,7 +349,7 @@ MERGE_SOURCE = r"""
   float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  if (top != -inf) {
+  if (top != neg_inf) {
     #pragma unroll 4
     for (int i = begin; i < end; ++i) {
       const float weight = exp2f(static_cast<float>(lse_in[size_t(i) * heads + head]) - top);
@@ -358,7 +365,7 @@ MERGE_SOURCE = r"""
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;
-  if (lane == 0) out_lse[item] = total > 0.f ? top + log2f(total) : -inf;
+  if (lane == 0) out_lse[item] = total > 0.f ? top + log2f(total) : neg_inf;
 """
 
 

@@ -2,9 +2,11 @@
 body (mlx/backend/cuda/custom_kernel.cpp, ``build_kernel``), so the fused
 sources can be compiled by nvcc on a machine without a GPU.
 
-MLX prepends its device headers; those ship inside libmlx, not on disk, so
-the prelude here declares the few names the generated signature and our
-sources use (``Shape``, ``inf``) from the CUDA toolkit's own headers.
+MLX 0.32.4 prepends only its device utilities (utils.cuh) and
+cooperative_groups.h; those utilities ship inside libmlx, not on disk, so the
+prelude here declares the one name the generated signature uses (``Shape``)
+from the CUDA toolkit's own headers, and nothing more: a source that leans on
+anything else MLX might define fails here as it would on the GPU.
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ PRELUDE = r"""
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda/std/array>
-#include <cuda/std/limits>
 #include <cooperative_groups.h>
 namespace mlx::core::cu {
 using Shape = cuda::std::array<int32_t, 10>;
 }
-#define inf cuda::std::numeric_limits<float>::infinity()
 """
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
