@@ -20,7 +20,8 @@ over repeats after a warm-up:
   element of call i's output, so MLX's graph cannot overlap them), built
   first, then one mx.eval + mx.synchronize around all n; the host's graph
   building is excluded and reported on its own (host ms). This is the
-  kernel-level figure.
+  kernel-level figure. The chain's own ops (a slice, a multiply, a cast, an
+  add) are timed alone as "chain" and subtracted for the net ratios.
 - pipelined: n independent calls, each issued with mx.async_eval, closed by
   mx.synchronize: what a Python caller issuing one call at a time sees, host
   overhead included where it exceeds the device time.
@@ -46,10 +47,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from mlxcel.engine.attention import cascade_layout, paged_decode_attention, stack_member_heads
+from mlxcel.engine.attention import cascade_layout, paged_decode_attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.kernels import PagedCsrView, backend_name, paged_attention_partial
+from mlxcel.kernels import PagedCsrView, backend, backend_name
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
 
@@ -192,13 +193,21 @@ class Cell:
             return mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale)[:, :, 0]
         return sdpa
 
-    def level0(self, i: int, dep: mx.array | None = None, chunk_pages: int | None = None) -> mx.array:
-        """Cascade level 0 alone: the stacked-heads partial over the shared span (+ its tile merge)."""
-        s = i % self.sets
+    def chain_only(self, i: int, dep: mx.array | None = None) -> mx.array:
+        """The timing chain's own ops, nothing else."""
+        return self.query(i, dep)
+
+    def fused_cascade(self, level0_pages: int):
+        """The fused backend's cascade step with level 0's tile width fixed (sweeps)."""
         layout = cascade_layout(self.csr, plan_cascade(self.csr, ON))
-        q0 = stack_member_heads(self.query(i, dep)[layout.members], HKV)
-        return paged_attention_partial(q0, self.k_pools[s], self.v_pools[s], layout.shared, scale=self.scale,
-                                       chunk_pages=chunk_pages)[0]
+        private, members = layout.private_view(self.csr), plan_cascade(self.csr, ON).members
+        kernels = backend().KERNELS
+
+        def call(i: int, dep: mx.array | None = None) -> mx.array:
+            s = i % self.sets
+            return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
+                                          private, members, scale=self.scale, level0_pages=level0_pages)
+        return call
 
 
 def relative_error(got: mx.array, want) -> float:
@@ -225,32 +234,32 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
               "plan": None if plan is None else {"members": len(plan.members), "shared_pages": plan.shared_pages},
               "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
               "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
-    for name, call in (("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade), ("level0", cell.level0)):
+    for name, call in (("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)):
         for key, value in measure(call, args.reps).items():
             result[f"{name}_{key}"] = value
     return result
 
 
 def sweep_level0(args) -> list[dict]:
-    """Level-0 time against tile width at the headline cell (tunes the planner)."""
+    """The fused cascade step against level 0's tile width at the headline cell
+    (8192 shared, batch 32): checks the width heuristic."""
+    if not hasattr(backend(), "KERNELS"):
+        return []
     cell = Cell(8192, args.tail, 32)
-    rows = []
-    for pages in (2, 4, 8, 16, 32, 64, 256):
-        timing = measure(lambda i, dep, pages=pages: cell.level0(i, dep, pages), args.reps)
-        rows.append({"chunk_pages": pages, **timing})
-    return rows
+    return [{"level0_pages": pages, **measure(cell.fused_cascade(pages), args.reps)} for pages in (4, 8, 16, 32, 64)]
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| S | B | SDPA ms | flat ms | cascade ms | level 0 ms | flat/SDPA | SDPA/cascade | cascade/flat "
+    lines = ["| S | B | SDPA ms | flat ms | cascade ms | chain ms | flat/SDPA | SDPA/cascade (net) | cascade/flat (net) "
              "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | pipelined ms SDPA, flat, cascade |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        sdpa, flat, cascade, chain = r["sdpa_s"], r["flat_s"], r["cascade_s"], r["chain_s"]
         lines.append(
-            f"| {r['shared']} | {r['batch']} | {r['sdpa_s'] * 1e3:.3f} | {r['flat_s'] * 1e3:.3f} "
-            f"| {r['cascade_s'] * 1e3:.3f} | {r['level0_s'] * 1e3:.3f} | {r['flat_s'] / r['sdpa_s']:.2f} "
-            f"| {r['sdpa_s'] / r['cascade_s']:.1f} | {r['cascade_s'] / r['flat_s']:.2f} "
-            f"| {r['flat_bytes'] / r['flat_s'] / 1e12:.2f} | {r['cascade_bytes'] / r['cascade_s'] / 1e12:.2f} "
+            f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} "
+            f"| {chain * 1e3:.3f} | {flat / sdpa:.2f} | {sdpa / cascade:.1f} ({(sdpa - chain) / (cascade - chain):.1f}) "
+            f"| {cascade / flat:.2f} ({(cascade - chain) / (flat - chain):.2f}) "
+            f"| {r['flat_bytes'] / flat / 1e12:.2f} | {r['cascade_bytes'] / cascade / 1e12:.2f} "
             f"| {r['cascade_floor_s'] * 1e3:.4f} | {r['flat_host_s'] * 1e3:.3f}, {r['cascade_host_s'] * 1e3:.3f} "
             f"| {r['sdpa_pipelined_s'] * 1e3:.3f}, {r['flat_pipelined_s'] * 1e3:.3f}, "
             f"{r['cascade_pipelined_s'] * 1e3:.3f} |")

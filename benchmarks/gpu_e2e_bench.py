@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--shared", type=int, default=8192)
     parser.add_argument("--suffix", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--skip-mlx-lm", action="store_true")
     args = parser.parse_args()

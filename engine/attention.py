@@ -119,6 +119,12 @@ def cascade_launch(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCs
     """Two levels and one merge. The shared span is gathered and read once for
     the whole subgroup, whatever its size."""
     layout = cascade_layout(csr, plan)
+    backend = kernels.backend()
+    if hasattr(backend, "cascade_decode") and backend.takes(q, k_pool):
+        # A fused backend runs the same two levels and merge in three launches
+        # (stacking and unstacking inside its kernels): see mlxcel/kernels/fused.py.
+        return backend.cascade_decode(q, k_pool, v_pool, layout.shared, layout.private_view(csr), plan.members,
+                                      scale=scale)
     num_kv_heads, members = k_pool.shape[2], len(plan.members)
     q0 = stack_member_heads(q[layout.members], num_kv_heads)
     o0, lse0 = kernels.paged_attention_partial(q0, k_pool, v_pool, layout.shared, scale=scale)

@@ -22,6 +22,11 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
 
 Merge kernel: one warp per (group, head): max of the group's lse, then the
 exp2-weighted sum of its states, D/32 contiguous floats per lane.
+
+Cascade merge kernel: the same fold for one cascade decode step, one warp per
+(row, head) over the row's level-1 states and, for members, every level-0
+tile's state at the member's stacked head; writes the output in q's dtype. With
+the stacked-q map of the partial kernel, a cascade step is three launches.
 """
 
 from __future__ import annotations
@@ -131,7 +136,11 @@ PARTIAL_SOURCE = r"""
   const int block_size = k_pool_shape[1];
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
-  const int heads = q_heads / kv_heads;             // query heads of this KV head
+  const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
+  // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
+  // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
+  const int heads = STACKED ? members_shape[0] * group_size : group_size;
+  const int out_heads = kv_heads * heads;
   const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = blockIdx.x / groups;
   const int group = blockIdx.x % groups;
@@ -160,7 +169,9 @@ PARTIAL_SOURCE = r"""
       const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
       float x0 = 0.f, x1 = 0.f;
       if (head < heads) {
-        const size_t at = (size_t(row) * q_heads + kv_head * heads + head) * D + d;
+        const int q_row = STACKED ? members[head / group_size] : row;
+        const int q_head = kv_head * group_size + head % group_size;
+        const size_t at = (size_t(q_row) * q_heads + q_head) * D + d;
         x0 = static_cast<float>(q[at]) * scale;
         x1 = static_cast<float>(q[at + 1]) * scale;
       }
@@ -314,7 +325,7 @@ PARTIAL_SOURCE = r"""
     float top = neg_inf;
     #pragma unroll
     for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
-    const size_t out_row = size_t(tile) * q_heads + kv_head * heads + head;
+    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
     float total = 0.f, value = 0.f;
     if (top != neg_inf) {
       #pragma unroll
@@ -369,6 +380,56 @@ MERGE_SOURCE = r"""
 """
 
 
+CASCADE_MERGE_SOURCE = r"""
+  constexpr int VEC = D / 32;                       // contiguous floats per lane
+  const float neg_inf = -mlxcel::infinity();
+  const int rows = indptr1_shape[0] - 1;
+  const int q_heads = o1_shape[1];
+  const int stacked = o0_shape[1];                  // Hkv * M * G
+  const int members = stacked / q_heads;
+  const int tiles0 = o0_shape[0];
+  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
+  const int row = item / q_heads, head = item % q_heads;
+  const int member = member_of_row[row];
+  const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
+  const int states = private_states + (member >= 0 ? tiles0 : 0);
+  // The member's stacked level-0 head: kv * (M * G) + m * G + g.
+  const int head0 = (head / G) * (members * G) + member * G + head % G;
+  auto lse_of = [&](int i) -> float {
+    return i < private_states ? lse1[size_t(begin + i) * q_heads + head]
+                              : lse0[size_t(i - private_states) * stacked + head0];
+  };
+  auto state_of = [&](int i) -> const float* {
+    return i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
+                              : o0 + (size_t(i - private_states) * stacked + head0) * D;
+  };
+
+  float top = neg_inf;
+  for (int i = lane; i < states; i += 32) top = fmaxf(top, lse_of(i));
+  #pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
+  if (top != neg_inf) {
+    #pragma unroll 4
+    for (int i = 0; i < states; ++i) {
+      const float weight = exp2f(lse_of(i) - top);
+      const float* src = state_of(i) + lane * VEC;
+      total += weight;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
+    }
+  }
+  TO* dst = out + item * D + lane * VEC;
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
+"""
+
+
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
     return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
                                header=header, shared_memory=shared_bytes)
@@ -376,7 +437,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
 # blocks per SM (the register count, 168 a lane, allows three as well).
-KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, make_kernel,
+KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2))
 
 
@@ -387,3 +448,13 @@ def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
     return KERNELS.merge_states(v_in, lse_in, o_indptr)
+
+
+def takes(q: mx.array, k_pool: mx.array) -> bool:
+    """Whether cascade_decode runs on these inputs (else the generic two-level path)."""
+    return KERNELS.takes(q, k_pool)
+
+
+def cascade_decode(q: mx.array, k_pool: mx.array, v_pool: mx.array, shared, private, members, *,
+                   scale: float) -> mx.array:
+    return KERNELS.cascade_decode(q, k_pool, v_pool, shared, private, members, scale=scale)

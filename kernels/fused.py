@@ -10,7 +10,14 @@ sizes the grid and launches, identically for both:
   (16-bit operands, float32 accumulation), writing a normalized state and a
   log2 LSE per (tile, head);
 - the merge kernel: one warp per (group, head) folds contiguous states by
-  log-sum-exp; it merges a row's tiles and serves ``merge_states``.
+  log-sum-exp; it merges a row's tiles and serves ``merge_states``;
+- the cascade merge kernel: a whole cascade decode step's fold (every level-0
+  tile at the member's stacked head, the row's level-1 states) straight into
+  the output dtype. With the partial kernel reading level 0's queries through
+  the member list (no stacked copy), a cascade step is three launches where the
+  generic two-level path (stack, two partials, tile merge, unstack,
+  concatenate, reorder, merge, cast) is about fifteen: on MLX's CUDA backend
+  each costs several microseconds, more than the shared span's bytes.
 
 Pools the kernels do not take (float32, or a head dim that is not a multiple
 of 32 up to 128) go through the portable kernels, on the same device.
@@ -23,6 +30,7 @@ import math
 import os
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import mlx.core as mx
@@ -41,10 +49,10 @@ MAX_HEAD_DIM = 128        # accumulators (D/2 floats) + Q fragments (D/4 words) 
 MERGE_THREADS = 128
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
-PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles"]
-PARTIAL_OUTPUTS = ["out", "out_lse"]
+PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
-MERGE_OUTPUTS = ["out", "out_lse"]
+CASCADE_MERGE_INPUTS = ["o1", "lse1", "indptr1", "o0", "lse0", "member_of_row"]
+STATE_OUTPUTS = ["out", "out_lse"]
 
 # (name, input names, output names, source, header, dynamic shared bytes) -> kernel
 KernelFactory = Callable[[str, list, list, str, str, int], Callable]
@@ -56,6 +64,7 @@ class Platform:
     header: str
     partial_source: str
     merge_source: str
+    cascade_merge_source: str
     make_kernel: KernelFactory
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
@@ -109,8 +118,11 @@ class FusedKernels:
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
-            source, inputs, outputs = ((p.partial_source, PARTIAL_INPUTS, PARTIAL_OUTPUTS) if kind == "partial"
-                                       else (p.merge_source, MERGE_INPUTS, MERGE_OUTPUTS))
+            source, inputs, outputs = {
+                "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
+                "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
+                "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
+            }[kind]
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
@@ -120,20 +132,31 @@ class FusedKernels:
         return kernel
 
     def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
-                      geometry: mx.array, layout: HeadLayout, scale: float) -> tuple[mx.array, mx.array]:
-        """One launch: the states of every tile, o [S, Hq, D] float32, lse [S, Hq] log2."""
-        tiles, (_, hq, d), hkv = geometry.shape[0], q.shape, k_pool.shape[2]
+                      geometry: mx.array, layout: HeadLayout, scale: float,
+                      members: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """One launch: the states of every tile, o [S, Hkv * heads, D] float32,
+        lse [S, Hkv * heads] log2. With ``members`` (cascade level 0) the
+        kernel stacks those rows' heads itself, kv-head-major, reading q
+        [R, Hq, D] in place."""
+        tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
         p = self.platform
         return self._kernel("partial", d)(
-            inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry],
+            inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
+                    self._no_members if members is None else members],
             template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("WM", layout.warps_m),
-                      ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
+                      ("STACKED", members is not None), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
+                      ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
             threadgroup=(p.warps * 32, 1, 1),
-            output_shapes=[(tiles, hq, d), (tiles, hq)],
+            output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
             output_dtypes=[mx.float32, mx.float32],
             init_value=self.poison,
         )
+
+    @cached_property
+    def _no_members(self) -> mx.array:
+        """The members input of an unstacked launch (read by no thread)."""
+        return mx.zeros((1,), mx.int32)
 
     def merge_groups(self, v_in: mx.array, lse_in: mx.array, indptr: mx.array) -> tuple[mx.array, mx.array]:
         """One launch: v [M, H, D], lse [M, H] from contiguous groups of states."""
@@ -159,7 +182,7 @@ class FusedKernels:
         if unsupported(q, k_pool):
             return portable.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
         layout = head_layout(hq // k_pool.shape[2], self.platform.warps)
-        plan = fused_tiles(csr, chunk_pages, k_pool.shape[2] * layout.groups)
+        plan = fused_tiles(csr, chunk_pages, layout, k_pool.shape[2])
         if plan.num_tiles == 0:
             return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
         o, lse = self.partial_tiles(q, k_pool, v_pool, csr, plan.geometry, layout, scale)
@@ -178,3 +201,44 @@ class FusedKernels:
             order = mx.array(indptr[:-1].astype(np.int32))
             return v_in[order].astype(mx.float32), lse_in[order].astype(mx.float32)
         return self.merge_groups(v_in, lse_in, mx.array(indptr.astype(np.int32)))
+
+    def takes(self, q: mx.array, k_pool: mx.array) -> bool:
+        return unsupported(q, k_pool) is None
+
+    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
+                       private: PagedCsrView, members, *, scale: float,
+                       level0_pages: int | None = None) -> mx.array:
+        """One cascade decode step in three launches: o [R, Hq, D] in q's dtype.
+
+        ``shared`` is level 0 (one row over the span every member shares, all
+        pages full), ``private`` level 1 (every row's range minus the members'
+        span), ``members`` the member rows (host ints). ``level0_pages`` fixes
+        level 0's tile width (benchmark sweeps)."""
+        rows, hq, d = q.shape
+        hkv = k_pool.shape[2]
+        group = hq // hkv
+        member_rows = np.asarray(members, dtype=np.int32)
+        key = ("fused_cascade_members", rows, member_rows.tobytes())
+        device = shared.structure.memo.get(key)
+        if device is None:           # once per layout: the shared view lives as long as the plan
+            member_of_row = np.full(rows, -1, np.int32)
+            member_of_row[member_rows] = np.arange(len(member_rows), dtype=np.int32)
+            device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
+        member_list, member_of_row = device
+
+        stacked = head_layout(len(member_rows) * group, self.platform.warps)
+        plan0 = fused_tiles(shared, level0_pages, stacked, hkv)
+        o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
+        flat = head_layout(group, self.platform.warps)
+        plan1 = fused_tiles(private, None, flat, hkv)
+        o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
+        lanes = rows * hq * 32
+        return self._kernel("cascade_merge", d)(
+            inputs=[o1, lse1, plan1.row_indptr_device, o0, lse0, member_of_row],
+            template=[("TO", q.dtype), ("D", d), ("G", group)],
+            grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
+            threadgroup=(MERGE_THREADS, 1, 1),
+            output_shapes=[(rows, hq, d)],
+            output_dtypes=[q.dtype],
+            init_value=self.poison,
+        )[0]

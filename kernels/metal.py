@@ -3,7 +3,7 @@
 The Metal spelling of the kernels in ``cuda.py``, section by section in the
 same order (constants and coordinates; 1. Q fragments; 2. staging; 3a.
 scores; 4. mask and online softmax; 3b. O += P V; 5. merge the warps, write;
-and the merge kernel). The host side is the shared ``fused`` module. What
+the merge kernel; the cascade merge kernel). The host side is the shared ``fused`` module. What
 differs, and why:
 
 - matrix units: 8x8 float ``simdgroup_matrix`` products instead of mma.sync
@@ -69,7 +69,11 @@ PARTIAL_SOURCE = r"""
   const int block_size = k_pool_shape[1];
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
-  const int heads = q_heads / kv_heads;             // query heads of this KV head
+  const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
+  // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
+  // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
+  const int heads = STACKED ? members_shape[0] * group_size : group_size;
+  const int out_heads = kv_heads * heads;
   const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = threadgroup_position_in_grid.x / groups;
   const int group = threadgroup_position_in_grid.x % groups;
@@ -99,7 +103,9 @@ PARTIAL_SOURCE = r"""
         const int d = kk * 8 + fn + e;
         float x = 0.f;
         if (head < heads) {
-          x = static_cast<float>(q[(size_t(row) * q_heads + kv_head * heads + head) * D + d]) * scale;
+          const int q_row = STACKED ? members[head / group_size] : row;
+          const int q_head = kv_head * group_size + head % group_size;
+          x = static_cast<float>(q[(size_t(q_row) * q_heads + q_head) * D + d]) * scale;
         }
         qf[mi][kk].thread_elements()[e] = x;
       }
@@ -231,7 +237,7 @@ PARTIAL_SOURCE = r"""
     if (head >= heads) continue;
     float top = neg_inf;
     for (int j = 0; j < SPLIT; ++j) top = metal::max(top, warp_max[(j * WM + wm) * 16 + r]);
-    const size_t out_row = size_t(tile) * q_heads + kv_head * heads + head;
+    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
     float total = 0.f, value = 0.f;
     if (top != neg_inf) {
       for (int j = 0; j < SPLIT; ++j) {
@@ -280,6 +286,51 @@ MERGE_SOURCE = r"""
 """
 
 
+CASCADE_MERGE_SOURCE = r"""
+  constexpr int VEC = D / 32;                       // contiguous floats per lane
+  const float neg_inf = -INFINITY;
+  const int rows = indptr1_shape[0] - 1;
+  const int q_heads = o1_shape[1];
+  const int stacked = o0_shape[1];                  // Hkv * M * G
+  const int members = stacked / q_heads;
+  const int tiles0 = o0_shape[0];
+  const size_t item = thread_position_in_grid.x / 32;
+  const int lane = thread_index_in_simdgroup;
+  if (item >= size_t(rows) * q_heads) return;      // whole simdgroups leave together
+  const int row = item / q_heads, head = item % q_heads;
+  const int member = member_of_row[row];
+  const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
+  const int states = private_states + (member >= 0 ? tiles0 : 0);
+  // The member's stacked level-0 head: kv * (M * G) + m * G + g.
+  const int head0 = (head / G) * (members * G) + member * G + head % G;
+  // (Metal has no lambdas: the two sources of a state are spelled out twice.)
+
+  float top = neg_inf;
+  for (int i = lane; i < states; i += 32) {
+    top = metal::max(top, i < private_states ? lse1[size_t(begin + i) * q_heads + head]
+                                             : lse0[size_t(i - private_states) * stacked + head0]);
+  }
+  for (ushort mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
+  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
+  if (top != neg_inf) {
+    for (int i = 0; i < states; ++i) {
+      const float lse = i < private_states ? lse1[size_t(begin + i) * q_heads + head]
+                                           : lse0[size_t(i - private_states) * stacked + head0];
+      const float weight = metal::exp2(lse - top);
+      const device float* src = (i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
+                                                    : o0 + (size_t(i - private_states) * stacked + head0) * D)
+                                + lane * VEC;
+      total += weight;
+      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
+    }
+  }
+  device TO* dst = out + item * D + lane * VEC;
+  for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
+"""
+
+
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
     # Threadgroup memory is declared in the source (sized from template
     # constants); Metal takes no dynamic size here.
@@ -289,7 +340,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 # 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
 # D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
-KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, make_kernel,
+KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
                                 warps=2, chunk_tokens=32, stages=1))
 
 
@@ -300,3 +351,13 @@ def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
     return KERNELS.merge_states(v_in, lse_in, o_indptr)
+
+
+def takes(q: mx.array, k_pool: mx.array) -> bool:
+    """Whether cascade_decode runs on these inputs (else the generic two-level path)."""
+    return KERNELS.takes(q, k_pool)
+
+
+def cascade_decode(q: mx.array, k_pool: mx.array, v_pool: mx.array, shared, private, members, *,
+                   scale: float) -> mx.array:
+    return KERNELS.cascade_decode(q, k_pool, v_pool, shared, private, members, scale=scale)

@@ -30,6 +30,12 @@ TARGET_BLOCKS = 528
 # prologue, its Q fragments and its merge slot than on reading KV.
 MIN_TILE_TOKENS = 256
 
+# A tile's partial states (heads x D floats per KV head) should stay a small
+# fraction of the K/V it reads (tokens x D x two 16-bit values): at least this
+# many tokens per query head. With 128 stacked heads (32 members x 4) that is
+# 512 tokens, the best level-0 width measured on the H200 (8192 shared, batch 32).
+TOKENS_PER_HEAD = 4
+
 GEOMETRY_FIELDS = 5       # row, first page (index into csr.indices), pages, first valid slot, holds last page
 
 
@@ -109,16 +115,16 @@ def plan_tiles(host: HostCsr, width: int) -> TilePlan:
 
 
 def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
-               target_blocks: int = TARGET_BLOCKS) -> int:
+               target_blocks: int = TARGET_BLOCKS, min_tokens: int = MIN_TILE_TOKENS) -> int:
     """Pages per tile: the widest that still yields ``target_blocks`` blocks
     (``blocks_per_tile`` = KV heads x head groups), but never under
-    MIN_TILE_TOKENS unless the longest row is shorter. Long batches keep one
+    ``min_tokens`` unless the longest row is shorter. Long batches keep one
     tile per row (no merge); a single long row (cascade level 0) is split."""
     pages = num_pages[num_pages > 0].astype(np.int64)
     if len(pages) == 0:
         return 1
     longest = int(pages.max())
-    narrowest = min(longest, max(1, -(-MIN_TILE_TOKENS // block_size)))
+    narrowest = min(longest, max(1, -(-min_tokens // block_size)))
     wanted = -(-target_blocks // max(blocks_per_tile, 1))
 
     def tiles(width: int) -> int:
@@ -138,16 +144,19 @@ def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
     return low
 
 
-def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, blocks_per_tile: int) -> TilePlan:
-    """The view's tiles for a fused launch, memoized on its page structure.
-    ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the portable
-    kernels) overrides the width heuristic."""
+def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int) -> TilePlan:
+    """The view's tiles for a fused launch with this head layout, memoized on
+    its page structure. ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as
+    for the portable kernels) overrides the width heuristic."""
     memo = csr.structure.memo
     requested = requested_width(chunk_pages)
-    key = ("fused_tiles", blocks_per_tile, requested)
+    blocks_per_tile = kv_heads * layout.groups
+    min_tokens = max(MIN_TILE_TOKENS, TOKENS_PER_HEAD * layout.heads)
+    key = ("fused_tiles", blocks_per_tile, min_tokens, requested)
     plan = memo.get(key)
     if plan is None:
-        width = requested or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size)
+        width = requested or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size,
+                                        min_tokens=min_tokens)
         plan = memo.get(("fused_tiles_width", width))
         if plan is None:
             plan = memo[("fused_tiles_width", width)] = plan_tiles(csr.host, width)

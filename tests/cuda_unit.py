@@ -31,16 +31,21 @@ CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat1
 
 def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str, str]],
                      outputs: list[tuple[str, str]], template: list[tuple[str, object]]) -> str:
-    """inputs/outputs: (name, dtype name); template: (name, int or dtype name)."""
+    """inputs/outputs: (name, dtype name); template: (name, bool, int or dtype name)."""
     params = []
     for arg, dtype in inputs:
         params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")
         if f"{arg}_shape" in source:
             params.append(f"    const __grid_constant__ Shape {arg}_shape")
     params += [f"    {CUDA_TYPES[dtype]}* {arg}" for arg, dtype in outputs]
-    constants = "".join(
-        f"  constexpr int {k} = {v};\n" if isinstance(v, int) else f"  using {k} = {CUDA_TYPES[v]};\n"
-        for k, v in template)
+    def constant(name, value) -> str:
+        if isinstance(value, bool):
+            return f"  constexpr bool {name} = {str(value).lower()};\n"
+        if isinstance(value, int):
+            return f"  constexpr int {name} = {value};\n"
+        return f"  using {name} = {CUDA_TYPES[value]};\n"
+
+    constants = "".join(constant(k, v) for k, v in template)
     return (PRELUDE + header + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
             f"__global__ void {name}(\n" + ",\n".join(params) + ") {\n" + constants + "\n" + source
             + "\n}\n\n} // namespace mlx::core::cu\n")

@@ -102,7 +102,7 @@ def test_long_rows_are_split_into_tiles_and_merged(rng, record_property, dtype, 
     offsets = [int(rng.integers(1, block_size)), 0, int(rng.integers(1, block_size)), 0]
     case = make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=4, head_dim=128,
                      first_page_offset=offsets, dtype=dtype, num_blocks=sum(pages) + 3)
-    plan = fused.fused_tiles(case.csr, None, 8)
+    plan = fused.fused_tiles(case.csr, None, fused.head_layout(4, cuda.KERNELS.platform.warps), 8)
     assert not plan.one_per_row
     o, lse = run_partial(case)
     check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
@@ -141,14 +141,49 @@ def test_merge_matches_reference(rng, record_property, head_dim):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-5, rtol=0)
 
 
-def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32):
+def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4):
     ids = iter(fresh_blocks(rng, shared_pages + 4 * members + 8))
     shared = [next(ids) for _ in range(shared_pages)]
     tables = [shared + [next(ids) for _ in range(1 + m % 3)] for m in range(members)]
     tables.append([next(ids) for _ in range(5)])                   # a row outside the subgroup
     tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
-    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=4, head_dim=128,
+    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=128,
                      dtype=dtype, q_dtype=dtype, num_blocks=shared_pages + 4 * members + 8)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("members", [2, 8, 64])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, group):
+    # Level 0 reads the members' queries through the member list (up to 512
+    # stacked heads per KV head: eight head groups), level 1 the private
+    # pages, one kernel folds both into the output dtype.
+    case = shared_prefix_case(rng, dtype, members=members, group=group)
+    plan = plan_cascade(case.csr, ON)
+    assert len(plan.members) == members
+    layout = attention.cascade_layout(case.csr, plan)
+    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, layout.private_view(case.csr),
+                            plan.members, scale=case.scale)
+    assert o.dtype == dtype and o.shape == case.q.shape
+    o = np.array(o.astype(mx.float32))
+    assert not np.isnan(o).any(), "an output element was never written"
+    error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[dtype]
+
+
+def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):
+    # The planner's mixed batch: three members, a row sharing only two pages, a
+    # mid-page row (dropped), an unrelated row; partial last pages everywhere.
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
+    metrics = EngineMetrics()
+    o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
+                               metrics=metrics)
+    assert metrics.last_outcome.kind == "cascade"
+    error = relative_error(np.array(o.astype(mx.float32)),
+                           reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[mx.bfloat16]
 
 
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])

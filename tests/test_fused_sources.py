@@ -26,15 +26,15 @@ needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the 
 REGISTER_BUDGET = 65536 // (3 * 128)
 
 
-def partial_unit(pool: str, head_dim: int, warps_m: int) -> str:
+def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False) -> str:
     p = cuda.KERNELS.platform
     return translation_unit(
         "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
         [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
-         ("tiles", "int32")],
+         ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", "float32"), ("D", head_dim), ("WM", warps_m), ("WARPS", p.warps),
-         ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+        [("T", pool), ("TQ", "float32"), ("D", head_dim), ("WM", warps_m), ("STACKED", stacked),
+         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def resources(report: str) -> tuple[int, int]:
@@ -44,11 +44,11 @@ def resources(report: str) -> tuple[int, int]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("pool, head_dim, warps_m", [
-    ("bfloat16", 128, 1), ("bfloat16", 128, 2), ("bfloat16", 128, 4), ("float16", 64, 1),
+@pytest.mark.parametrize("pool, head_dim, warps_m, stacked", [
+    ("bfloat16", 128, 1, False), ("bfloat16", 128, 2, False), ("bfloat16", 128, 4, True), ("float16", 64, 1, False),
 ])
-def test_partial_kernel_compiles_without_spills(tmp_path, pool, head_dim, warps_m):
-    registers, spills = resources(compile_unit(partial_unit(pool, head_dim, warps_m), tmp_path))
+def test_partial_kernel_compiles_without_spills(tmp_path, pool, head_dim, warps_m, stacked):
+    registers, spills = resources(compile_unit(partial_unit(pool, head_dim, warps_m, stacked), tmp_path))
     assert spills == 0
     assert registers <= REGISTER_BUDGET
 
@@ -62,6 +62,15 @@ def test_merge_kernel_compiles(tmp_path):
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
+@needs_nvcc
+def test_cascade_merge_kernel_compiles(tmp_path):
+    unit = translation_unit("cascade_merge", cuda.HEADER, cuda.CASCADE_MERGE_SOURCE,
+                            [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
+                             ("lse0", "float32"), ("member_of_row", "int32")],
+                            [("out", "bfloat16")], [("TO", "bfloat16"), ("D", 128), ("G", 4)])
+    assert resources(compile_unit(unit, tmp_path))[1] == 0
+
+
 def sections(source: str) -> list[str]:
     """Section titles, without the platform's fragment-layout notes in parentheses."""
     return [title.split(" (")[0] for title in re.findall(r"// ---- (.+?) ----", source)]
@@ -70,6 +79,8 @@ def sections(source: str) -> list[str]:
 def test_metal_twin_has_the_cuda_sections_in_order():
     assert sections(metal.PARTIAL_SOURCE) == sections(cuda.PARTIAL_SOURCE)
     assert len(sections(cuda.PARTIAL_SOURCE)) == 7
+    for name in ("PARTIAL_SOURCE", "MERGE_SOURCE", "CASCADE_MERGE_SOURCE", "cascade_decode", "takes"):
+        assert hasattr(metal, name) and hasattr(cuda, name)
 
 
 def test_staging_fits_each_platform():

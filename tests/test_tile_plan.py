@@ -7,8 +7,8 @@ import pytest
 
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import host_csr
-from mlxcel.kernels.tile_plan import (MIN_TILE_TOKENS, TARGET_BLOCKS, fused_tiles, head_layout, plan_tiles,
-                                      split_rows, tile_width)
+from mlxcel.kernels.tile_plan import (MIN_TILE_TOKENS, TARGET_BLOCKS, TOKENS_PER_HEAD, fused_tiles, head_layout,
+                                      plan_tiles, split_rows, tile_width)
 
 
 def random_host(rng, rows=7, block_size=16):
@@ -74,10 +74,20 @@ def test_width_is_the_widest_that_reaches_the_target():
 def test_fused_tiles_are_memoized_and_chunk_pages_overrides(monkeypatch):
     host = random_host(np.random.default_rng(3))
     csr = PagedCsrView.from_host(host)
-    assert fused_tiles(csr, None, 8) is fused_tiles(csr, None, 8)
-    assert fused_tiles(csr, 3, 8).geometry.shape[0] == int((-(-host.num_pages() // 3)).sum())
+    layout = head_layout(4, 4)
+    assert fused_tiles(csr, None, layout, 8) is fused_tiles(csr, None, layout, 8)
+    assert fused_tiles(csr, 3, layout, 8).geometry.shape[0] == int((-(-host.num_pages() // 3)).sum())
     monkeypatch.setenv("MLXCEL_CHUNK_PAGES", "2")
-    assert fused_tiles(csr, None, 8) is fused_tiles(csr, 2, 8)
+    assert fused_tiles(csr, None, layout, 8) is fused_tiles(csr, 2, layout, 8)
+
+
+def test_many_stacked_heads_get_longer_tiles():
+    # Partial states grow with the heads; tiles keep >= TOKENS_PER_HEAD tokens per head.
+    host = host_csr([list(range(256))], [256 * 32], 32)
+    csr = PagedCsrView.from_host(host)
+    few, many = fused_tiles(csr, None, head_layout(16, 4), 8), fused_tiles(csr, None, head_layout(128, 4), 8)
+    assert np.array(many.geometry)[:, 2].min() * 32 >= TOKENS_PER_HEAD * 128
+    assert many.num_tiles < few.num_tiles
 
 
 @pytest.mark.parametrize("heads, warps, warps_m, groups", [
