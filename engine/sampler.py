@@ -30,7 +30,10 @@ class Sampler:
                 continue
             row_logprobs = logprobs[row : row + 1]
             if p.top_p < 1:
-                row_logprobs = apply_top_p(row_logprobs, p.top_p)
+                # An array, not a float: apply_top_p is mx.compile'd, and every distinct
+                # Python float would compile it anew (~2 s on the engine thread, stalling
+                # every session, and one more cache entry for good).
+                row_logprobs = apply_top_p(row_logprobs, mx.array(p.top_p, dtype=mx.float32))
             key = None
             if p.seed is not None:
                 state, key = mx.random.split(self._keys.get(seq.id, mx.random.key(p.seed)))

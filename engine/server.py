@@ -71,7 +71,8 @@ def _stop_strings(body: dict) -> list[str]:
 
 def sampling_from_body(body: dict, limits: ServerLimits) -> SamplingParams:
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", DEFAULT_MAX_TOKENS, 1,
+    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens",
+                         min(DEFAULT_MAX_TOKENS, limits.max_completion_tokens), 1,
                          limits.max_completion_tokens, integer=True)
     n = _number(body, "n", 1, 1, 1, integer=True)
     del n  # only one choice per request

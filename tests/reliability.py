@@ -36,6 +36,8 @@ def check_stream(events: list, finish_reasons=("stop", "length")) -> str:
     """Assert a complete, well-formed completion stream; returns its text."""
     assert events and events[-1] == "[DONE]", events[-3:]
     chunks = events[:-1]
+    if chunks and chunks[-1].get("choices") == []:  # stream_options.include_usage: a last chunk with usage only
+        assert chunks.pop()["usage"]["completion_tokens"] >= 0
     assert chunks and all(isinstance(c, dict) and c["choices"] for c in chunks)
     ids = {c["id"] for c in chunks}
     assert len(ids) == 1

@@ -173,3 +173,10 @@ def test_declared_length_over_the_limit_is_refused_before_reading(served):
     error = json.loads(reply.read())["error"]
     assert error["message"] == f"request body over {LIMITS.max_body_bytes} bytes"
     conn.close()
+
+
+def test_a_request_without_max_tokens_stays_within_the_limit(served):
+    client, engine = served
+    reply = client.post("/v1/completions", json={"prompt": [5, 6], "ignore_eos": True, "temperature": 0})
+    assert reply.status_code == 200
+    assert reply.json()["usage"]["completion_tokens"] == LIMITS.max_completion_tokens
