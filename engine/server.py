@@ -150,7 +150,10 @@ class OpenAIServer:
         queue: asyncio.Queue = asyncio.Queue()
 
         def on_event(seq, token, reason):
-            loop.call_soon_threadsafe(queue.put_nowait, (token, reason))
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (token, reason))
+            except RuntimeError:  # the request's event loop is gone; its sequence is being cancelled
+                pass
 
         try:
             seq = self.engine.submit(ids, params, on_event, label="http")
@@ -258,9 +261,8 @@ class OpenAIServer:
         base = {"id": rid, "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()), "model": self.model_name}
         if stream:
-            return StreamingResponse(self._stream(seq, queue, stop, base, chat, include_usage, token_ids),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return _SequenceStream(self.engine, seq, self._stream(seq, queue, stop, base, chat, include_usage,
+                                                                  token_ids))
         text, reason, generated = "", None, []
         events = self._events(seq, queue, stop)
         try:
@@ -269,6 +271,8 @@ class OpenAIServer:
                 generated += new_ids
         finally:
             await events.aclose()
+            if reason is None:  # the client left, perhaps before the events were first awaited
+                self.engine.cancel(seq)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
                   if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": reason})
         if token_ids:
@@ -344,6 +348,24 @@ def _http_error(request: Request, err: HTTPException) -> Response:
     return response
 
 
+class _SequenceStream(StreamingResponse):
+    """An SSE response that cancels its sequence however it ends. A client gone
+    before the body is first iterated (the write of the headers fails, say)
+    never starts the generator, so no finally inside it would run."""
+
+    def __init__(self, engine: Engine, seq: Sequence, content) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.engine, self.seq = engine, seq
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.seq.is_finished:
+                self.engine.cancel(self.seq)
+
+
 async def _until_disconnect(request: Request, events):
     """Iterate events, abandoning them (and so cancelling the sequence) if the client leaves."""
     watcher = asyncio.ensure_future(_wait_disconnect(request))
@@ -353,6 +375,7 @@ async def _until_disconnect(request: Request, events):
             done, _ = await asyncio.wait({step, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if step not in done:
                 step.cancel()
+                await asyncio.wait({step})  # let the generator unwind before anyone closes it
                 return
             try:
                 yield step.result()

@@ -4,12 +4,17 @@ their other holder."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import threading
 
 import httpx
 import pytest
 from reliability import assert_pool_at_baseline, wait_until
 from serving import running_server
+
+from mlxcel.engine.server import OpenAIServer
 
 BLOCK = 32
 PREFIX = [(7 * i) % 1000 + 3 for i in range(3 * BLOCK + 5)]  # three full shared pages and a bit
@@ -128,4 +133,37 @@ def test_disconnect_while_paused_still_releases_pages(served):
     assert wait_until(lambda: rec.seqs and rec.seqs[0].id in rec.finished_at)
     assert rec.finished_at[rec.seqs[0].id][1] == "cancelled"
     assert engine.paused and not engine.scheduler.has_work
+    assert_pool_at_baseline(engine)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_gone_before_the_response_starts_is_cancelled(make_engine, monkeypatch, stream):
+    """The client is gone before the body is first iterated: for a stream the
+    write of the headers fails, for a plain request the disconnect is already
+    waiting. The sequence is cancelled all the same, not run to max_tokens."""
+    engine = make_engine(num_blocks=64).start()
+    rec = Recorder(engine, monkeypatch)
+    server = OpenAIServer(engine, engine.loaded.name)
+    body = json.dumps({"prompt": PREFIX, "max_tokens": 400, "ignore_eos": True, "stream": stream}).encode()
+    sent = []
+
+    async def receive():
+        if not sent:
+            sent.append(body)
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if stream:
+            raise OSError("the client is gone")  # as a socket write to a closed connection does
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": [
+        (b"content-type", b"application/json")], "query_string": b"", "asgi": {"spec_version": "2.3"},
+        "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+    with pytest.raises(OSError) if stream else contextlib.nullcontext():
+        asyncio.run(server.app(scope, receive, send))
+    assert wait_until(lambda: rec.seqs and rec.seqs[0].is_finished)
+    seq = rec.seqs[0]
+    assert seq.finish_reason == "cancelled" and seq.num_completion_tokens < 400
+    assert wait_until(lambda: engine.pool.num_live == 0)
     assert_pool_at_baseline(engine)
