@@ -50,7 +50,8 @@ import numpy as np
 from mlxcel.engine.attention import cascade_layout, paged_decode_attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.kernels import PagedCsrView, backend, backend_name
+from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
+from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
 
@@ -220,6 +221,12 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
     cell = Cell(shared, args.tail, batch)
     plan = plan_cascade(cell.csr, ON)
     sdpa = cell.sdpa_call()
+    # The decode path declines plans under the fused kernels' break-even; time
+    # the cascade anyway and record whether the engine would choose it.
+    chosen = cascade_decline(cell.queries[0], cell.k_pools[0], plan.shared_pages, len(plan.members)) is None
+    fused_kernels = getattr(backend(), "KERNELS", None)
+    if fused_kernels is not None:
+        fused_kernels.cascade_break_even_bytes = 0
     flat, cascaded, reference = cell.flat(0), cell.cascade(0), sdpa(0)
     checks = {"flat_vs_sdpa": relative_error(flat, reference), "cascade_vs_sdpa": relative_error(cascaded, reference),
               "cascade_vs_flat": relative_error(cascaded, flat)}
@@ -231,12 +238,14 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
         raise SystemExit(f"outputs disagree at shared={shared} batch={batch}: {checks}")
 
     result = {"shared": shared, "tail": args.tail, "batch": batch, "sets": cell.sets, "checks": checks,
-              "plan": None if plan is None else {"members": len(plan.members), "shared_pages": plan.shared_pages},
+              "plan": {"members": len(plan.members), "shared_pages": plan.shared_pages, "chosen": chosen},
               "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
               "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
     for name, call in (("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)):
         for key, value in measure(call, args.reps).items():
             result[f"{name}_{key}"] = value
+    if fused_kernels is not None:
+        fused_kernels.cascade_break_even_bytes = CASCADE_BREAK_EVEN_BYTES
     return result
 
 
@@ -251,14 +260,15 @@ def sweep_level0(args) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     lines = ["| S | B | SDPA ms | flat ms | cascade ms | chain ms | flat/SDPA | SDPA/cascade (net) | cascade/flat (net) "
+             "| engine cascades "
              "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | pipelined ms SDPA, flat, cascade |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sdpa, flat, cascade, chain = r["sdpa_s"], r["flat_s"], r["cascade_s"], r["chain_s"]
         lines.append(
             f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} "
             f"| {chain * 1e3:.3f} | {flat / sdpa:.2f} | {sdpa / cascade:.1f} ({(sdpa - chain) / (cascade - chain):.1f}) "
-            f"| {cascade / flat:.2f} ({(cascade - chain) / (flat - chain):.2f}) "
+            f"| {cascade / flat:.2f} ({(cascade - chain) / (flat - chain):.2f}) | {'yes' if r['plan']['chosen'] else 'no'} "
             f"| {r['flat_bytes'] / flat / 1e12:.2f} | {r['cascade_bytes'] / cascade / 1e12:.2f} "
             f"| {r['cascade_floor_s'] * 1e3:.4f} | {r['flat_host_s'] * 1e3:.3f}, {r['cascade_host_s'] * 1e3:.3f} "
             f"| {r['sdpa_pipelined_s'] * 1e3:.3f}, {r['flat_pipelined_s'] * 1e3:.3f}, "

@@ -24,6 +24,7 @@ many leading steps agree.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from pathlib import Path
@@ -48,8 +49,13 @@ def prompts(concurrency: int, shared: int, suffix: int, seed: int = 0) -> list[l
     return [prefix + rng.integers(FIRST_ORDINARY_TOKEN, VOCAB_SIZE, suffix).tolist() for _ in range(concurrency)]
 
 
-def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int) -> dict:
-    pages = sum(-(-(len(p) + new_tokens) // block_size) for p in batch)
+def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
+               shared: int) -> dict:
+    # The pool holds the shared prefix once (the prefix cache adopts it) plus
+    # every request's own pages; sizing it for unshared prompts would take
+    # ~40 GB per engine at 32 x 8K on this model and starve the mlx-lm arm.
+    own = max(len(p) - shared for p in batch) + new_tokens
+    pages = shared // block_size + len(batch) * (-(-own // block_size) + 1)
     engine = Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages + 64, max_running=len(batch),
                                          prefill_chunk=2048),
                     cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
@@ -69,8 +75,19 @@ def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, b
     registry = engine.metrics.registry
     launches = {path: registry.get_sample_value("mlxcel_paged_decode_launches_total", {"path": path})
                 for path in ("fused_v2", "cascade", "gather")}
-    return {**throughput(steps, len(batch)), "total_s": total, "launches_per_layer_path": launches,
-            "tokens": [s.completion_token_ids for s in seqs]}
+    result = {**throughput(steps, len(batch)), "total_s": total, "launches_per_layer_path": launches,
+              "tokens": [s.completion_token_ids for s in seqs]}
+    release(engine)
+    return result
+
+
+def release(engine: Engine) -> None:
+    """Free the engine's pool now (its metrics refer back to it: a cycle the
+    garbage collector, not reference counting, breaks) and MLX's buffer cache."""
+    engine.stop()
+    del engine
+    gc.collect()
+    mx.clear_cache()
 
 
 def throughput(steps: list[tuple[float, int]], concurrency: int) -> dict:
@@ -78,7 +95,7 @@ def throughput(steps: list[tuple[float, int]], concurrency: int) -> dict:
     seconds, tokens = sum(t for t, _ in full), sum(n for _, n in full)
     return {"full_decode_steps": len(full), "decode_s": seconds, "decoded_tokens": tokens,
             "decode_tokens_per_s": tokens / seconds if seconds else 0.0,
-            "median_step_ms": 1e3 * sorted(t for t, _ in full)[len(full) // 2] if full else None}
+            "median_step_ms": 1e3 * sorted(t for t, _ in full)[len(full) // 2] if full else float("nan")}
 
 
 def mlx_lm_arm(model, batch: list[list[int]], new_tokens: int) -> dict:
@@ -138,7 +155,7 @@ def main() -> None:
 
     arms = {}
     for name, cascade in (("cascade", True), ("flat", False)):
-        arms[name] = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size)
+        arms[name] = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared)
         report[name] = {k: v for k, v in arms[name].items() if k != "tokens"}
         print(name, json.dumps(report[name]), flush=True)
         save()

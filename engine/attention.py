@@ -178,10 +178,17 @@ def paged_decode_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr:
     settings = config.snapshot() if isinstance(config, CascadeConfig) else config
     decision = explain_cascade(csr, settings) if settings.enabled else None
     plan = decision.plan if decision is not None else None
+    reason = decision.reason if decision else "cascade off"
+    if plan is not None:
+        # The planner counts page reads; the kernels know what a cascade step
+        # costs beyond them and decline plans that save less (fused kernels).
+        declined = kernels.cascade_decline(rows, k_pool, plan.shared_pages, len(plan.members))
+        if declined:
+            plan, reason = None, declined
     batch = rows.shape[0]
     if plan is None:
         o = flat_launch(rows, k_pool, v_pool, csr, scale=scale)
-        outcome = DecodeOutcome(FLAT, batch, None, 0, decision.reason if decision else "cascade off")
+        outcome = DecodeOutcome(FLAT, batch, None, 0, reason)
     else:
         shared_tokens = plan.shared_pages * csr.block_size
         try:

@@ -20,7 +20,7 @@ from .csr import CsrBuilder, HostCsr, PagedCsrView, PageStructure, host_csr
 
 __all__ = [
     "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
-    "paged_attention_partial", "merge_states", "backend", "backend_name",
+    "paged_attention_partial", "merge_states", "cascade_decline", "backend", "backend_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,14 @@ def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     normalized, lse [R, Hq] float32 log2). Query head h reads KV head h // (Hq // Hkv).
     ``chunk_pages`` fixes the split-KV tile width (default: heuristic or MLXCEL_CHUNK_PAGES)."""
     return backend().paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
+
+
+def cascade_decline(q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
+    """Why the dispatched kernels would lose on a cascade plan the planner
+    chose (their break-even), or None. Backends without a cost model take
+    every plan."""
+    decline = getattr(backend(), "cascade_decline", None)
+    return decline(q, k_pool, shared_pages, members) if decline else None
 
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:

@@ -49,6 +49,13 @@ MAX_HEAD_DIM = 128        # accumulators (D/2 floats) + Q fragments (D/4 words) 
 MERGE_THREADS = 128
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
+# A fused cascade step costs more than a flat one besides its reads (two more
+# launches, level 0's tile states and their fold): it pays once it saves more
+# KV bytes (per layer) than this. On the H200 (Hq=32, Hkv=8, D=128, bf16):
+# saving 25 MB lost by 7 us, 59 MB broke even (cascade/flat 1.01), 100 MB won
+# by 27 us (docs/benchmark_results/cascade-attention-h200-2026-11-29.md).
+CASCADE_BREAK_EVEN_BYTES = 48 << 20
+
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 CASCADE_MERGE_INPUTS = ["o1", "lse1", "indptr1", "o0", "lse0", "member_of_row"]
@@ -111,6 +118,7 @@ class FusedKernels:
     # tests prove each element is written. Off in serving: the fill is an
     # extra launch per output. MLXCEL_POISON_OUTPUTS=nan sets it for a whole run.
     poison: float | None = field(default_factory=poison_from_env)
+    cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int) -> Callable:
@@ -204,6 +212,18 @@ class FusedKernels:
 
     def takes(self, q: mx.array, k_pool: mx.array) -> bool:
         return unsupported(q, k_pool) is None
+
+    def cascade_decline(self, q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
+        """Why a cascade of ``members`` rows over ``shared_pages`` pages would
+        lose to the flat launch on these kernels, or None."""
+        if not self.takes(q, k_pool):
+            return None                    # the portable kernels run it: no cost model here
+        block_size, kv_heads, d = k_pool.shape[1:]
+        saved = shared_pages * (members - 1) * block_size * kv_heads * d * 2 * k_pool.dtype.size
+        if saved >= self.cascade_break_even_bytes:
+            return None
+        return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
+                f"break-even of {self.cascade_break_even_bytes / 2**20:.0f} MiB")
 
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
                        private: PagedCsrView, members, *, scale: float,

@@ -358,6 +358,10 @@ def takes(q: mx.array, k_pool: mx.array) -> bool:
     return KERNELS.takes(q, k_pool)
 
 
+def cascade_decline(q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
+    return KERNELS.cascade_decline(q, k_pool, shared_pages, members)
+
+
 def cascade_decode(q: mx.array, k_pool: mx.array, v_pool: mx.array, shared, private, members, *,
                    scale: float) -> mx.array:
     return KERNELS.cascade_decode(q, k_pool, v_pool, shared, private, members, scale=scale)

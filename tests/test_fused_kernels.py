@@ -46,6 +46,9 @@ OFF = CascadeConfig(enabled=False)
 @pytest.fixture(autouse=True)
 def poisoned_outputs(monkeypatch):
     monkeypatch.setattr(cuda.KERNELS, "poison", float("nan"))
+    # These cases check numerics on small spans: let every plan cascade
+    # (the break-even itself is tested below and in test_fused_sources.py).
+    monkeypatch.setattr(cuda.KERNELS, "cascade_break_even_bytes", 0)
 
 
 def relative_error(got, want) -> float:
@@ -224,3 +227,14 @@ def test_member_major_stacking_gives_a_wrong_answer_on_the_fused_kernels(rng):
                    lambda o, lse: (o.reshape(members, hq, d), lse.reshape(members, hq)))
     assert relative_error(right, want) <= REL_TOL[mx.bfloat16]
     assert relative_error(wrong, want) > 0.3
+
+
+def test_plans_under_the_break_even_run_flat(rng, monkeypatch):
+    monkeypatch.setattr(cuda.KERNELS, "cascade_break_even_bytes", fused.CASCADE_BREAK_EVEN_BYTES)
+    case = shared_prefix_case(rng, mx.bfloat16)             # 24 shared pages x 7 saved reads x 128 KB: 21 MB
+    metrics = EngineMetrics()
+    o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
+                               metrics=metrics)
+    assert metrics.last_outcome.kind == "flat" and "break-even" in metrics.last_outcome.reason
+    ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
+    assert relative_error(np.array(o.astype(mx.float32)), ref) <= REL_TOL[mx.bfloat16]
