@@ -13,7 +13,7 @@ import click
 
 from mlxcel.engine.limits import ServerLimits
 
-from . import blas
+from . import allocator, blas
 
 log = logging.getLogger("mlxcel")
 
@@ -274,11 +274,16 @@ def _exit(status: int) -> None:
     os._exit(status)
 
 
-def tui_main() -> None:
+def _prepare_process() -> None:
     blas.reexec_with_openblas()
+    allocator.keep_heap()
+
+
+def tui_main() -> None:
+    _prepare_process()
     _exit(run(tui, sys.argv[1:], "mlxcel-tui"))
 
 
 def mlxcel_main() -> None:
-    blas.reexec_with_openblas()
+    _prepare_process()
     _exit(run(mlxcel, sys.argv[1:], "mlxcel"))
