@@ -47,13 +47,12 @@ def url_of(sock: socket.socket) -> str:
 
 
 class GracefulServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
         super().__init__(config)
         self.on_shutdown = on_shutdown
 
     async def shutdown(self, sockets=None) -> None:
-        if self.on_shutdown is not None:
-            self.on_shutdown()
+        self.on_shutdown()
         await super().shutdown(sockets)
 
     @contextlib.contextmanager
@@ -70,7 +69,7 @@ class GracefulServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def make_uvicorn(app, on_shutdown: Callable[[], None] | None = None) -> GracefulServer:
+def make_uvicorn(app, on_shutdown: Callable[[], None]) -> GracefulServer:
     """A server for `app`; run it with ``run(sockets=[bind_socket(host, port)])``."""
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=5)
     return GracefulServer(config, on_shutdown)
