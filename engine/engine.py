@@ -56,12 +56,11 @@ class Engine:
         self.device = str(mx.default_device())
         self._callbacks: dict[int, EventCallback] = {}
         self._submitted_at: dict[int, float] = {}
-        self._inbox: deque[tuple[str, Sequence | None]] = deque()
+        self._inbox: deque[tuple[str, Sequence | None, str | None]] = deque()  # (op, sequence, reason)
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._closed = False
-        self._close_reason = "cancelled"
         self.paused = False
         self.step_count = 0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
@@ -113,32 +112,32 @@ class Engine:
             self._post("add", seq)
         return seq
 
-    def cancel(self, seq: Sequence) -> None:
-        """Stop a request; its pages are released at the next step boundary."""
-        self._post("cancel", seq)
+    def cancel(self, seq: Sequence, reason: str = "cancelled") -> None:
+        """Stop a request; it finishes with `reason` and its pages are released
+        at the next step boundary."""
+        self._post("cancel", seq, reason)
 
     def close(self, reason: str = "cancelled") -> None:
         """Take no new requests; end every queued or running one with `reason`
         at the next step boundary (even while paused)."""
         with self._wake:
             self._closed = True
-            self._close_reason = reason
-            self._post("close", None)
+            self._post("close", None, reason)
 
-    def _post(self, op: str, seq: Sequence | None) -> None:
+    def _post(self, op: str, seq: Sequence | None, reason: str | None = None) -> None:
         with self._wake:
-            self._inbox.append((op, seq))
+            self._inbox.append((op, seq, reason))
             self._wake.notify()
 
     def _drain_inbox(self) -> None:
         while self._inbox:
-            op, seq = self._inbox.popleft()
+            op, seq, reason = self._inbox.popleft()
             if op == "add":
                 self.scheduler.add(seq)
             elif op == "close":
-                self._finish_all(self._close_reason)
+                self._finish_all(reason)
             elif not seq.is_finished:
-                self._finish(seq, "cancelled")
+                self._finish(seq, reason)
 
     # -- the step ---------------------------------------------------------
 

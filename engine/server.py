@@ -190,7 +190,7 @@ class OpenAIServer:
                 hit = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
                 if hit >= 0:
                     text, reason = text[:hit], "stop"
-                    self.engine.cancel(seq)
+                    self.engine.cancel(seq, "stop")
                 # Hold back a tail that could still grow into a stop string.
                 safe = len(text) if reason else max(sent, len(text) - max((len(s) - 1 for s in stop), default=0))
                 if safe > sent or reason or (every_token and ids):

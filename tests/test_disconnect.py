@@ -38,9 +38,9 @@ class Recorder:
             self.seqs.append(seq)
             return seq
 
-        def on_cancel(seq):
+        def on_cancel(seq, reason="cancelled"):
             self.cancelled_at.setdefault(seq.id, engine.step_count)
-            cancel(seq)
+            cancel(seq, reason)
 
         def on_release(seq):
             self.released.setdefault(seq.id, list(seq.block_table))
