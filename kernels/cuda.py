@@ -441,24 +441,9 @@ KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CA
                                 warps=4, chunk_tokens=64, stages=2))
 
 
-def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr, *, scale: float,
-                            chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
-    return KERNELS.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
-
-
-def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
-    return KERNELS.merge_states(v_in, lse_in, o_indptr)
-
-
-def takes(q: mx.array, k_pool: mx.array) -> bool:
-    """Whether cascade_decode runs on these inputs (else the generic two-level path)."""
-    return KERNELS.takes(q, k_pool)
-
-
-def cascade_decline(q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
-    return KERNELS.cascade_decline(q, k_pool, shared_pages, members)
-
-
-def cascade_decode(q: mx.array, k_pool: mx.array, v_pool: mx.array, shared, private, members, *,
-                   scale: float) -> mx.array:
-    return KERNELS.cascade_decode(q, k_pool, v_pool, shared, private, members, scale=scale)
+# The backend API (kernels/__init__.py dispatches to these names).
+paged_attention_partial = KERNELS.paged_attention_partial
+merge_states = KERNELS.merge_states
+takes = KERNELS.takes  # whether cascade_decode runs on these inputs (else the generic two-level path)
+cascade_decline = KERNELS.cascade_decline
+cascade_decode = KERNELS.cascade_decode
