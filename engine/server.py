@@ -25,7 +25,7 @@ from .engine import Engine, EngineClosed
 from .limits import ServerLimits
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
-from .sessions import SessionManager
+from .sessions import SessionManager, TooManySessions
 
 log = logging.getLogger("mlxcel.server")
 
@@ -326,7 +326,10 @@ class OpenAIServer:
                 raise ApiError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
             add = _number(body, "add", 0, 0, 64, integer=True)
             remove = _number(body, "remove", 0, 0, 1024, integer=True)
-            self.sessions.add(add)
+            try:
+                self.sessions.add(add)
+            except TooManySessions as err:
+                raise ApiError(400, str(err), "add") from None
             self.sessions.remove(remove)
         return JSONResponse({"sessions": [{"id": s.id, "label": s.label, "turns": s.turns}
                                           for s in self.sessions.sessions]})

@@ -25,6 +25,13 @@ def synthetic_system_prompt(tokenizer, num_tokens: int, source: str) -> str:
     return tokenizer.decode(ids)
 
 
+MAX_SESSIONS = 1024
+
+
+class TooManySessions(ValueError):
+    """Adding sessions would pass MAX_SESSIONS."""
+
+
 @dataclass
 class Session:
     id: int
@@ -51,6 +58,10 @@ class SessionManager:
         self._idle = threading.Condition(self._lock)
 
     def add(self, count: int = 1) -> list[Session]:
+        """Start `count` sessions; refuses (adding none) past MAX_SESSIONS."""
+        if len(self.sessions) + count > MAX_SESSIONS:
+            raise TooManySessions(f"{len(self.sessions)} sessions run; adding {count} would pass "
+                                  f"the limit of {MAX_SESSIONS}")
         added = []
         for _ in range(count):
             sid = next(self._ids)

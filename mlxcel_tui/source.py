@@ -66,7 +66,12 @@ class EngineSource:
     def change_sessions(self, add: int = 0, remove: int = 0) -> None:
         if self.sessions is None:
             raise SourceError("this engine runs no built-in sessions")
-        self.sessions.add(add)
+        from mlxcel.engine.sessions import TooManySessions
+
+        try:
+            self.sessions.add(add)
+        except TooManySessions as err:
+            raise SourceError(str(err)) from None
         self.sessions.remove(remove)
 
     def set_paused(self, paused: bool) -> None:

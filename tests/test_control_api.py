@@ -106,3 +106,17 @@ def test_sessions_endpoint_without_sessions_is_a_404(make_engine):
     with running_server(make_engine()) as (base, server):
         error = assert_openai_error(httpx.post(f"{base}/v1/sessions", json={"add": 1}), 404)
     assert error["type"] == "not_found_error"
+
+
+def test_sessions_past_the_limit_are_refused_and_none_added(served, monkeypatch):
+    import mlxcel.engine.sessions as sessions_module
+
+    client, engine, sessions = served
+    monkeypatch.setattr(sessions_module, "MAX_SESSIONS", len(sessions.sessions) + 1)
+    before = [s.id for s in sessions.sessions]
+    error = assert_openai_error(client.post("/v1/sessions", json={"add": 2}), 400)
+    assert "limit" in error["message"]
+    assert [s.id for s in sessions.sessions] == before
+    with pytest.raises(SourceError, match="limit"):
+        EngineSource(engine, sessions).change_sessions(add=2)
+    assert [s.id for s in sessions.sessions] == before
