@@ -191,12 +191,12 @@ def warm_up(arms: list, tokenizer, args: argparse.Namespace) -> None:
 
 def run_level(arms: list, tokenizer, args: argparse.Namespace, level_index: int, concurrency: int) -> LevelResult:
     level = LevelResult(concurrency)
-    load = os.getloadavg()[0]
-    print(f"\n### concurrency {concurrency} (load average {load:.2f})", flush=True)
-    for rep in range(args.reps):
-        workload = build_workload(tokenizer, shared_prefix_tokens=args.shared_prefix_tokens,
-                                  prompt_tokens=args.prompt_tokens, concurrency=concurrency,
-                                  max_tokens=args.max_tokens, variant=level_variant(level_index, rep, args.reps))
+    workloads = [build_workload(tokenizer, shared_prefix_tokens=args.shared_prefix_tokens,
+                                prompt_tokens=args.prompt_tokens, concurrency=concurrency, max_tokens=args.max_tokens,
+                                variant=level_variant(level_index, rep, args.reps)) for rep in range(args.reps)]
+    print(f"\n### concurrency {concurrency}: prompts share their first {workloads[0].shared_tokens} tokens "
+          f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+    for rep, workload in enumerate(workloads):
         order = arms if rep % 2 == 0 else arms[::-1]  # alternate, so drift and order effects hit all arms
         for arm in order:
             run = arm.run(workload, rep)

@@ -64,8 +64,3 @@ class LevelResult:
 
     def figures(self, arm: str) -> ArmFigures:
         return ArmFigures.of(self.runs[arm])
-
-    @property
-    def shared_tokens(self) -> int:
-        first = next(iter(self.runs.values()))
-        return first[0].shared_tokens
