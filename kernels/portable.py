@@ -20,7 +20,12 @@ import numpy as np
 from .csr import HostCsr, PagedCsrView
 
 LOG2E = 1.0 / math.log(2.0)
-LN2 = math.log(2.0)
+
+
+def exp2(x: mx.array) -> mx.array:
+    """2**x. Softmax states here live in log2 units, and on MLX's CPU backend
+    power(2, x) runs about twice as fast as exp(x) (85 vs 178 ms for 8.5M floats)."""
+    return mx.power(2.0, x)
 
 # One extra tile costs about this many page reads (its copy of q, its merge
 # slot, its softmax bookkeeping); the width heuristic trades it against padding.
@@ -123,7 +128,8 @@ def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTile
     count, slots = tiles.num_tiles, tiles.width * block_size
 
     q_tiles = q if tiles.one_per_row else q[tiles.tile_row]
-    q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * scale).reshape(count, hkv, group, d))
+    # Scores in log2 units: scale * log2(e) folded into q, so 2**(s - max) is the softmax numerator.
+    q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * (scale * LOG2E)).reshape(count, hkv, group, d))
     # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
     # tokens land contiguous, so the matmuls need no transposed copy.
     heads = mx.arange(hkv, dtype=mx.int32)[None, :, None]
@@ -139,10 +145,10 @@ def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTile
     scores = mx.where(valid[:, None, :, None], scores, -mx.inf)
 
     top = scores.max(axis=-2, keepdims=True)                     # finite: every tile has a token
-    weights = mx.exp(scores - top)
+    weights = exp2(scores - top)
     total = weights.sum(axis=-2, keepdims=True)                  # [S, Hkv, 1, G]
     o = (weights.swapaxes(-1, -2) @ values) / total.swapaxes(-1, -2)
-    lse = (top + mx.log(total)) * LOG2E
+    lse = top + mx.log2(total)
     return o.reshape(count, hq, d), lse.reshape(count, hq)
 
 
@@ -182,8 +188,25 @@ def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, 
     lse = mx.where(present, lse_in[slot].astype(mx.float32), -mx.inf)  # [M, K, H]
     top = lse.max(axis=1, keepdims=True)
     top = mx.where(top == -mx.inf, 0.0, top)
-    weights = mx.exp((lse - top) * LN2)                              # -inf -> 0
+    weights = exp2(lse - top)                                        # -inf -> 0
     total = weights.sum(axis=1)                                      # [M, H]
     mixed = mx.where(weights[..., None] > 0, weights[..., None] * v_in[slot].astype(mx.float32), 0.0)
     v = mixed.sum(axis=1) / mx.where(total > 0, total, 1.0)[..., None]
     return v, top[:, 0] + mx.log2(total)
+
+
+def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
+    """Masked attention over contiguous K/V: q [R, Hq, L, D], keys/values
+    [R, Hkv, T, D], mask [R, 1, L, T] (True = visible) -> [R, Hq, L, D] in q's dtype.
+    The matmul-softmax-matmul that MLX's CPU scaled_dot_product_attention runs
+    unfused anyway, with the softmax in base 2 (see exp2): ~1.45x faster here."""
+    rows, hq, length, d = q.shape
+    hkv, tokens = keys.shape[1], keys.shape[2]
+    group = hq // hkv
+    q_kv = (q.astype(mx.float32) * (scale * LOG2E)).reshape(rows, hkv, group * length, d)
+    scores = (q_kv @ keys.astype(mx.float32).swapaxes(-1, -2)).reshape(rows, hkv, group, length, tokens)
+    scores = mx.where(mask[:, :, None], scores, -mx.inf)
+    weights = exp2(scores - scores.max(axis=-1, keepdims=True))  # every query sees at least itself
+    o = (weights.reshape(rows, hkv, group * length, tokens) @ values.astype(mx.float32))
+    o = o.reshape(rows, hkv, group, length, d) / weights.sum(axis=-1, keepdims=True)
+    return o.reshape(rows, hq, length, d).astype(q.dtype)
