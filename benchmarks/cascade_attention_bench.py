@@ -32,6 +32,8 @@ from mlxcel.kernels import PagedCsrView, backend_name
 from mlxcel.kernels.csr import HostCsr, host_csr
 from mlxcel.kernels.portable import page_tiles
 from mlxcel.kernels.reference import reference_decode
+from mlxcel_tui.allocator import keep_heap
+from mlxcel_tui.blas import describe
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -157,7 +159,8 @@ def sweep(args) -> None:
     print(f"# cascade attention, layer level: Hq={args.heads} Hkv={args.kv_heads} D={args.head_dim} "
           f"block {args.block_size}, {args.dtype} pool, tail {args.tail}; steps {args.steps}, warmup "
           f"{args.warmup}, reps {args.reps}; {backend_name()} kernels, MLX {mx.__version__}, "
-          f"{mx.default_device()}, {platform.machine()}\n")
+          f"{mx.default_device()}, {platform.machine()}; {describe()}; glibc heap "
+          f"{'kept (as the CLI runs)' if args.heap_kept else 'defaults'}\n")
     if "sweep" in args.parts:
         flat_vs_cascade(args, off, on)
     if "gate" in args.parts:
@@ -226,7 +229,11 @@ def main() -> None:
     parser.add_argument("--parts", type=lambda t: t.split(","), default=["sweep", "gate"],
                         help="sweep (flat vs cascade), gate (no-sharing overhead), or both")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs diff allowed between arms")
-    sweep(parser.parse_args())
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc thresholds alone (the CLI raises them: mlxcel_tui/allocator.py)")
+    args = parser.parse_args()
+    args.heap_kept = not args.glibc_defaults and keep_heap()
+    sweep(args)
 
 
 if __name__ == "__main__":
