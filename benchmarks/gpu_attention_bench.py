@@ -54,6 +54,7 @@ from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
 from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
+from mlxcel.kernels.tile_plan import fused_tiles, head_layout
 
 HQ, HKV, D, BLOCK = 32, 8, 128, 32
 DTYPE = mx.bfloat16
@@ -210,6 +211,26 @@ class Cell:
                                           private, members, scale=self.scale, level0_pages=level0_pages)
         return call
 
+    def fused_levels(self) -> dict:
+        """Level 0 alone and level 1 alone, launched as the fused cascade step
+        launches them; the cascade merge is the rest of the step."""
+        plan = plan_cascade(self.csr, ON)
+        layout = cascade_layout(self.csr, plan)
+        kernels = backend().KERNELS
+        stacked = head_layout(len(plan.members) * (HQ // HKV), kernels.platform.warps)
+        unstacked = head_layout(HQ // HKV, kernels.platform.warps)
+
+        def level(csr: PagedCsrView, heads, member_list):
+            tiles = fused_tiles(csr, None, heads, HKV)
+
+            def call(i: int, dep: mx.array | None = None) -> mx.array:
+                s = i % self.sets
+                return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
+                                             tiles.geometry, heads, self.scale, member_list)[0]
+            return call
+        return {"level0": level(layout.shared, stacked, layout.members),
+                "level1": level(layout.private_view(self.csr), unstacked, None)}
+
 
 def relative_error(got: mx.array, want) -> float:
     got = np.array(got.astype(mx.float32), np.float64)
@@ -258,6 +279,17 @@ def sweep_level0(args) -> list[dict]:
     return [{"level0_pages": pages, **measure(cell.fused_cascade(pages), args.reps)} for pages in (4, 8, 16, 32, 64)]
 
 
+def breakdown(args) -> dict:
+    """Where a fused cascade step's time goes at the headline cell: the timing
+    chain alone, each level alone, the 3-launch step, the engine's call."""
+    if not hasattr(backend(), "KERNELS"):
+        return {}
+    cell = Cell(8192, args.tail, 32)
+    calls = {"chain": cell.chain_only, **cell.fused_levels(), "cascade_decode": cell.fused_cascade(None),
+             "paged_decode_attention": cell.cascade}
+    return {name: measure(call, args.reps) for name, call in calls.items()}
+
+
 def table(results: list[dict]) -> str:
     lines = ["| S | B | SDPA ms | flat ms | cascade ms | chain ms | flat/SDPA | SDPA/cascade (net) | cascade/flat (net) "
              "| engine cascades "
@@ -286,6 +318,7 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error between methods")
     parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
     parser.add_argument("--sweep", action="store_true", help="also time level 0 against tile width")
+    parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
     args = parser.parse_args()
@@ -306,6 +339,9 @@ def main() -> None:
     if args.sweep:
         report["level0_sweep"] = sweep_level0(args)
         print(json.dumps(report["level0_sweep"]), flush=True)
+    if args.breakdown:
+        report["cascade_breakdown"] = breakdown(args)
+        print(json.dumps(report["cascade_breakdown"]), flush=True)
     (args.out / "attention_bench.json").write_text(json.dumps(report, indent=1))
     text = (f"copy bandwidth {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s, "
             f"{info['device']}, mlx {info['mlx']}, kernels {info['kernels']}\n\n" + table(results))

@@ -16,9 +16,14 @@ the last prefills with the first decodes, and requests finish one by one at
 the end). Tokens/s = their tokens / their wall time; each step ends with the
 sampled tokens on the host, so wall time is device time plus the engine's
 host work. The arms' tokens are compared: identical work, greedy decoding;
-random weights give nearly flat logits, so a bf16 rounding difference
-between two attention groupings can flip an argmax, and the report says how
-many leading steps agree.
+a bf16 rounding difference between two attention groupings (or two prefill
+schedules) can flip a near-tie argmax, after which the sequences part. So
+besides counting agreeing steps, each arm's tokens for a few rows are scored
+by mlx-lm's own forward pass, teacher-forced on that arm's sequence: at every
+step, how far the chosen token's logit sits below mlx-lm's top logit, and its
+rank. A correct engine picks mlx-lm's argmax or a near-tie (gap around the
+bf16 noise, far below the logits' spread); a harness bug picks tokens at
+random ranks.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, b
                                          prefill_chunk=2048),
                     cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    mx.reset_peak_memory()
     start = time.perf_counter()
     seqs = [engine.submit(p, params) for p in batch]
     steps = []                                   # (seconds, tokens) per engine step
@@ -75,7 +81,8 @@ def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, b
     registry = engine.metrics.registry
     launches = {path: registry.get_sample_value("mlxcel_paged_decode_launches_total", {"path": path})
                 for path in ("fused_v2", "cascade", "gather")}
-    result = {**throughput(steps, len(batch)), "total_s": total, "launches_per_layer_path": launches,
+    result = {**throughput(steps, len(batch)), "total_s": total, "peak_memory_gb": mx.get_peak_memory() / 1e9,
+              "launches_per_layer_path": launches,
               "tokens": [s.completion_token_ids for s in seqs]}
     release(engine)
     return result
@@ -103,6 +110,7 @@ def mlx_lm_arm(model, batch: list[list[int]], new_tokens: int) -> dict:
 
     gen = BatchGenerator(model, max_tokens=new_tokens, completion_batch_size=len(batch),
                          prefill_batch_size=8, prefill_step_size=2048)
+    mx.reset_peak_memory()
     start = time.perf_counter()
     uids = gen.insert(batch)
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
@@ -115,7 +123,31 @@ def mlx_lm_arm(model, batch: list[list[int]], new_tokens: int) -> dict:
         steps.append((time.perf_counter() - begin, len(responses)))
     total = time.perf_counter() - start
     gen.close()
-    return {**throughput(steps, len(batch)), "total_s": total, "tokens": [tokens[u] for u in uids]}
+    return {**throughput(steps, len(batch)), "total_s": total, "peak_memory_gb": mx.get_peak_memory() / 1e9,
+            "tokens": [tokens[u] for u in uids]}
+
+
+def teacher_forced(model, prompt: list[int], tokens: list[int], chunk: int = 2048) -> dict:
+    """Score greedy ``tokens`` with mlx-lm's forward pass over prompt + tokens."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    ids, first = prompt + tokens[:-1], len(prompt) - 1      # logits at ids[first:] predict tokens
+    cache = make_prompt_cache(model)
+    parts = []
+    for start in range(0, len(ids), chunk):
+        logits = model(mx.array(ids[start:start + chunk])[None], cache=cache)[0]
+        if start + logits.shape[0] > first:
+            parts.append(logits[max(first - start, 0):].astype(mx.float32))
+        mx.eval(parts, [c.state for c in cache])
+    logits = np.array(mx.concatenate(parts))
+    chosen = logits[np.arange(len(tokens)), tokens]
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    gap = top2[:, 1] - chosen
+    return {"steps": len(tokens), "argmax_steps": int((gap == 0).sum()),
+            "max_gap": float(gap.max()), "median_gap": float(np.median(gap)),
+            "max_rank": int((logits > chosen[:, None]).sum(-1).max()),
+            "median_top1_top2": float(np.median(top2[:, 1] - top2[:, 0])),
+            "logit_std": float(logits.std(axis=-1).mean())}
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
@@ -166,11 +198,19 @@ def main() -> None:
         report["flat_vs_mlx_lm_tokens"] = agreement(arms["flat"]["tokens"], arms["mlx_lm"]["tokens"])
         print("mlx_lm", json.dumps(report["mlx_lm"]), flush=True)
     save()
+    mx.clear_cache()
+    checked = sorted({0, 1, args.concurrency - 1})      # a full prefill, prefix-cache hits
+    report["teacher_forced"] = {name: {row: teacher_forced(loaded.model, batch[row], arm["tokens"][row])
+                                       for row in checked} for name, arm in arms.items()}
+    print("teacher_forced", json.dumps(report["teacher_forced"]), flush=True)
+    save()
     rows = [f"| {name} | {report[name]['decode_tokens_per_s']:.0f} | {report[name]['median_step_ms']:.2f} "
-            f"| {report[name]['full_decode_steps']} | {report[name]['total_s']:.1f} |" for name in arms]
-    text = ("| arm | decode tok/s (full-batch steps) | median step ms | steps | total s |\n|---|---|---|---|---|\n"
+            f"| {report[name]['full_decode_steps']} | {report[name]['total_s']:.1f} "
+            f"| {report[name]['peak_memory_gb']:.1f} |" for name in arms]
+    text = ("| arm | decode tok/s (full-batch steps) | median step ms | steps | total s | peak memory GB |\n"
+            "|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n\n"
-            + json.dumps({k: report[k] for k in report if k.endswith("_tokens")}))
+            + json.dumps({k: report[k] for k in report if k.endswith("_tokens") or k == "teacher_forced"}))
     (args.out / "e2e_bench.md").write_text(text + "\n")
     print(text)
 

@@ -19,7 +19,8 @@
 #      test_kernels.py, test_attention.py, test_cascade_planner.py).
 #   2. The same suites on the portable kernels on the GPU (MLXCEL_KERNELS=portable).
 #   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep).
-#   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel).
+#   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel);
+#      GPU_SUITE_E2E=only runs this step alone.
 # Runs well under 10 minutes without step 4; step 4 adds about 4.
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUTDIR [WHEEL_DIR ...]}
@@ -65,21 +66,23 @@ cd "$root"
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device(), 'cuda', mx.cuda.is_available())"
 } 2>&1 | tee "$out/device.txt"
 
-# A few kernels first: a kernel that fails to compile or to compute would
-# otherwise fail (and recompile) in every test of the suites.
-step smoke env MLXCEL_POISON_OUTPUTS=nan python3 -m pytest -q -x -p no:cacheprovider \
-  tests/test_fused_kernels.py::test_merge_matches_reference tests/test_fused_kernels.py::test_stacked_heads_of_a_cascade_level_0
-if [ $status -ne 0 ]; then
-  cat "$out/summary.txt"
-  exit 1
+if [ "${GPU_SUITE_E2E:-0}" != only ]; then
+  # A few kernels first: a kernel that fails to compile or to compute would
+  # otherwise fail (and recompile) in every test of the suites.
+  step smoke env MLXCEL_POISON_OUTPUTS=nan python3 -m pytest -q -x -p no:cacheprovider \
+    tests/test_fused_kernels.py::test_merge_matches_reference tests/test_fused_kernels.py::test_stacked_heads_of_a_cascade_level_0
+  if [ $status -ne 0 ]; then
+    cat "$out/summary.txt"
+    exit 1
+  fi
+  suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py"
+  step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
+    python3 -m pytest -q -p no:cacheprovider -rs --maxfail=40 --junitxml="$out/tests_fused.xml" $suites
+  step tests_portable env MLXCEL_KERNELS=portable \
+    python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tests/test_attention.py
+  step attention_bench python3 benchmarks/gpu_attention_bench.py --out "$out" --sweep
 fi
-suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py"
-step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
-  python3 -m pytest -q -p no:cacheprovider -rs --maxfail=40 --junitxml="$out/tests_fused.xml" $suites
-step tests_portable env MLXCEL_KERNELS=portable \
-  python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tests/test_attention.py
-step attention_bench python3 benchmarks/gpu_attention_bench.py --out "$out" --sweep
-if [ "${GPU_SUITE_E2E:-0}" = 1 ]; then
+if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
   step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"
 fi
 cat "$out/summary.txt"
