@@ -199,8 +199,9 @@ class Cell:
         """The timing chain's own ops, nothing else."""
         return self.query(i, dep)
 
-    def fused_cascade(self, level0_pages: int):
-        """The fused backend's cascade step with level 0's tile width fixed (sweeps)."""
+    def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None):
+        """The fused backend's cascade step with level 0's tile width and
+        head-splitting warps fixed (sweeps; None: the heuristics)."""
         layout = cascade_layout(self.csr, plan_cascade(self.csr, ON))
         private, members = layout.private_view(self.csr), plan_cascade(self.csr, ON).members
         kernels = backend().KERNELS
@@ -208,7 +209,8 @@ class Cell:
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
             return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
-                                          private, members, scale=self.scale, level0_pages=level0_pages)
+                                          private, members, scale=self.scale, level0_pages=level0_pages,
+                                          level0_warps_m=level0_warps_m)
         return call
 
     def fused_levels(self) -> dict:
@@ -271,12 +273,27 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
 
 
 def sweep_level0(args) -> list[dict]:
-    """The fused cascade step against level 0's tile width at the headline cell
-    (8192 shared, batch 32): checks the width heuristic."""
+    """The fused cascade step against level 0's tile width and head-splitting
+    warps (None: the heuristic's choice) at the large cells: checks both
+    heuristics. Every variant's output is checked against the flat launch
+    before it is timed."""
     if not hasattr(backend(), "KERNELS"):
         return []
-    cell = Cell(8192, args.tail, 32)
-    return [{"level0_pages": pages, **measure(cell.fused_cascade(pages), args.reps)} for pages in (4, 8, 16, 32, 64)]
+    results = []
+    for shared, batch in ((8192, 32), (8192, 64), (32768, 32), (2048, 64)):
+        cell = Cell(shared, args.tail, batch)
+        flat = cell.flat(0)
+        for warps_m in (None, 1, 2):
+            for pages in (None, 8, 16, 32, 64):
+                call = cell.fused_cascade(pages, warps_m)
+                error = relative_error(call(0), flat)
+                if error > args.tolerance:
+                    raise SystemExit(f"level-0 variant pages={pages} warps_m={warps_m} at {shared} x {batch} "
+                                     f"disagrees with flat: {error:.2e}")
+                results.append({"shared": shared, "batch": batch, "level0_pages": pages, "level0_warps_m": warps_m,
+                                "vs_flat": error, **measure(call, args.reps)})
+                print(json.dumps(results[-1]), flush=True)
+    return results
 
 
 def breakdown(args) -> dict:
@@ -308,6 +325,13 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(rows: list[dict]) -> str:
+    lines = ["| S | B | level-0 warps_m cap | level-0 pages | cascade ms | IQR ms | vs flat |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shared']} | {r['batch']} | {r['level0_warps_m']} | {r['level0_pages']} | {r['s'] * 1e3:.3f} "
+              f"| {r['iqr_s'] * 1e3:.3f} | {r['vs_flat']:.1e} |" for r in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -317,7 +341,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error between methods")
     parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
-    parser.add_argument("--sweep", action="store_true", help="also time level 0 against tile width")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time level 0 against tile width and head-splitting warps")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
@@ -338,13 +363,14 @@ def main() -> None:
     report = {"info": info, "cells": results}
     if args.sweep:
         report["level0_sweep"] = sweep_level0(args)
-        print(json.dumps(report["level0_sweep"]), flush=True)
     if args.breakdown:
         report["cascade_breakdown"] = breakdown(args)
         print(json.dumps(report["cascade_breakdown"]), flush=True)
     (args.out / "attention_bench.json").write_text(json.dumps(report, indent=1))
     text = (f"copy bandwidth {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s, "
             f"{info['device']}, mlx {info['mlx']}, kernels {info['kernels']}\n\n" + table(results))
+    if report.get("level0_sweep"):
+        text += "\n\nlevel 0 sweep (None: the heuristic's choice)\n\n" + sweep_table(report["level0_sweep"])
     (args.out / "attention_bench.md").write_text(text + "\n")
     print(text)
 

@@ -227,13 +227,14 @@ class FusedKernels:
 
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
                        private: PagedCsrView, members, *, scale: float,
-                       level0_pages: int | None = None) -> mx.array:
+                       level0_pages: int | None = None, level0_warps_m: int | None = None) -> mx.array:
         """One cascade decode step in three launches: o [R, Hq, D] in q's dtype.
 
         ``shared`` is level 0 (one row over the span every member shares, all
         pages full), ``private`` level 1 (every row's range minus the members'
         span), ``members`` the member rows (host ints). ``level0_pages`` fixes
-        level 0's tile width (benchmark sweeps)."""
+        level 0's tile width and ``level0_warps_m`` caps its head-splitting
+        warps (benchmark sweeps)."""
         rows, hq, d = q.shape
         hkv = k_pool.shape[2]
         group = hq // hkv
@@ -246,7 +247,7 @@ class FusedKernels:
             device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
         member_list, member_of_row = device
 
-        stacked = head_layout(len(member_rows) * group, self.platform.warps)
+        stacked = head_layout(len(member_rows) * group, self.platform.warps, level0_warps_m)
         plan0 = fused_tiles(shared, level0_pages, stacked, hkv)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
         flat = head_layout(group, self.platform.warps)

@@ -55,12 +55,15 @@ class HeadLayout:
     groups: int       # head groups per (tile, KV head)
 
 
-def head_layout(heads: int, warps: int) -> HeadLayout:
+def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadLayout:
+    """``max_warps_m`` caps the warps that split heads (benchmark sweeps):
+    fewer head-splitting warps per block means more head groups, so more
+    blocks over the same tiles."""
     if heads < 1:
         raise ValueError(f"need at least one query head per KV head, got {heads}")
     m_tiles = -(-heads // HEADS_PER_WARP)
     warps_m = 1
-    while warps_m < min(m_tiles, warps):
+    while warps_m < min(m_tiles, warps, max_warps_m or warps):
         warps_m *= 2
     return HeadLayout(heads, warps_m, -(-m_tiles // warps_m))
 
