@@ -54,7 +54,7 @@ from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
 from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
-from mlxcel.kernels.tile_plan import fused_tiles, head_layout
+from mlxcel.kernels.tile_plan import LEVEL0_TARGET_BLOCKS, TARGET_BLOCKS, fused_tiles, head_layout
 
 HQ, HKV, D, BLOCK = 32, 8, 128, 32
 DTYPE = mx.bfloat16
@@ -222,16 +222,16 @@ class Cell:
         stacked = head_layout(len(plan.members) * (HQ // HKV), kernels.platform.warps)
         unstacked = head_layout(HQ // HKV, kernels.platform.warps)
 
-        def level(csr: PagedCsrView, heads, member_list):
-            tiles = fused_tiles(csr, None, heads, HKV)
+        def level(csr: PagedCsrView, heads, member_list, target_blocks: int):
+            tiles = fused_tiles(csr, None, heads, HKV, target_blocks)
 
             def call(i: int, dep: mx.array | None = None) -> mx.array:
                 s = i % self.sets
                 return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
                                              tiles.geometry, heads, self.scale, member_list)[0]
             return call
-        return {"level0": level(layout.shared, stacked, layout.members),
-                "level1": level(layout.private_view(self.csr), unstacked, None)}
+        return {"level0": level(layout.shared, stacked, layout.members, LEVEL0_TARGET_BLOCKS),
+                "level1": level(layout.private_view(self.csr), unstacked, None, TARGET_BLOCKS)}
 
 
 def relative_error(got: mx.array, want) -> float:

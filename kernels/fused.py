@@ -38,7 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .tile_plan import HEADS_PER_WARP, HeadLayout, fused_tiles, head_layout
+from .tile_plan import HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, fused_tiles, head_layout
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -248,7 +248,7 @@ class FusedKernels:
         member_list, member_of_row = device
 
         stacked = head_layout(len(member_rows) * group, self.platform.warps, level0_warps_m)
-        plan0 = fused_tiles(shared, level0_pages, stacked, hkv)
+        plan0 = fused_tiles(shared, level0_pages, stacked, hkv, LEVEL0_TARGET_BLOCKS)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
         flat = head_layout(group, self.platform.warps)
         plan1 = fused_tiles(private, None, flat, hkv)

@@ -26,6 +26,13 @@ HEADS_PER_WARP = 16       # query heads one warp owns: the M side of a 16-row ma
 # traffic and a wider merge.
 TARGET_BLOCKS = 528
 
+# Cascade level 0 (many stacked heads, one long row) wants fewer: its blocks
+# each carry up to 64 heads, and every extra tile adds their partial states
+# to write and fold. Measured on the H200 (8192 shared x 32 and x 64, 32768 x
+# 32): the best tile width gave 256 blocks, about two per multiprocessor, in
+# each of the three cells.
+LEVEL0_TARGET_BLOCKS = 256
+
 # The shortest tile worth a block: below it a block spends more on its
 # prologue, its Q fragments and its merge slot than on reading KV.
 MIN_TILE_TOKENS = 256
@@ -147,7 +154,8 @@ def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
     return low
 
 
-def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int) -> TilePlan:
+def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int,
+                target_blocks: int = TARGET_BLOCKS) -> TilePlan:
     """The view's tiles for a fused launch with this head layout, memoized on
     its page structure. ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as
     for the portable kernels) overrides the width heuristic."""
@@ -155,11 +163,11 @@ def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, 
     requested = requested_width(chunk_pages)
     blocks_per_tile = kv_heads * layout.groups
     min_tokens = max(MIN_TILE_TOKENS, TOKENS_PER_HEAD * layout.heads)
-    key = ("fused_tiles", blocks_per_tile, min_tokens, requested)
+    key = ("fused_tiles", blocks_per_tile, min_tokens, requested, target_blocks)
     plan = memo.get(key)
     if plan is None:
         width = requested or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size,
-                                        min_tokens=min_tokens)
+                                        target_blocks=target_blocks, min_tokens=min_tokens)
         plan = memo.get(("fused_tiles_width", width))
         if plan is None:
             plan = memo[("fused_tiles_width", width)] = plan_tiles(csr.host, width)
