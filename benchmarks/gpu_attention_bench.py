@@ -280,7 +280,7 @@ def sweep_level0(args) -> list[dict]:
     if not hasattr(backend(), "KERNELS"):
         return []
     results = []
-    for shared, batch in ((8192, 32), (8192, 64), (32768, 32), (2048, 64)):
+    for shared, batch in ((8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)):
         cell = Cell(shared, args.tail, batch)
         flat = cell.flat(0)
         for warps_m in (None, 1, 2):

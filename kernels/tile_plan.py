@@ -37,11 +37,12 @@ LEVEL0_TARGET_BLOCKS = 256
 # prologue, its Q fragments and its merge slot than on reading KV.
 MIN_TILE_TOKENS = 256
 
-# A tile's partial states (heads x D floats per KV head) should stay a small
+# A tile's partial states (heads x D floats per KV head) should stay a
 # fraction of the K/V it reads (tokens x D x two 16-bit values): at least this
-# many tokens per query head. With 128 stacked heads (32 members x 4) that is
-# 512 tokens, the best level-0 width measured on the H200 (8192 shared, batch 32).
-TOKENS_PER_HEAD = 4
+# many tokens per query head, states at most half the K/V bytes. Measured on
+# the H200 at 2048 shared x 64 (256 stacked heads): 16-page tiles 0.091 ms,
+# the 32 pages that 4 tokens per head forced 0.123 ms.
+TOKENS_PER_HEAD = 2
 
 GEOMETRY_FIELDS = 5       # row, first page (index into csr.indices), pages, first valid slot, holds last page
 
