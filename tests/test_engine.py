@@ -148,8 +148,15 @@ def test_sessions_arriving_together_compute_the_shared_prompt_once(tiny_loaded, 
     engine.run_until_idle()
     assert engine.cache.stats().hits == 3
     prefill_tokens = sum(r.tokens for r in engine.snapshot.recent_steps if r.kind == "prefill")
-    shared = min(s.num_reused_tokens for s in seqs[1:])
-    assert prefill_tokens == sum(s.num_prompt_tokens for s in seqs) - 3 * shared
+    assert prefill_tokens == sum(s.num_prompt_tokens - s.num_reused_tokens for s in seqs)
+    # Every later session reuses at least the full pages of the prefix all four share. The fourth
+    # may reuse a page more: its question starts with "What" like the first one's, and with a random
+    # system prompt a page boundary sometimes falls just after that word (the old expectation,
+    # 3 x the smallest reuse, failed then).
+    prompt_ids = [s.token_ids[:s.num_prompt_tokens] for s in seqs]
+    common = next((i for i, ids in enumerate(zip(*prompt_ids)) if len(set(ids)) > 1), min(map(len, prompt_ids)))
+    assert common >= 6 * 32
+    assert all(s.num_reused_tokens >= common // 32 * 32 for s in seqs[1:])
 
 
 def test_small_pool_preempts_and_recomputes_without_changing_tokens(tiny_loaded, make_engine):
