@@ -115,10 +115,6 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
   return x + __shfl_xor_sync(0xffffffffu, x, mask);
 }
 
-__device__ __forceinline__ float lane_at(float x, int lane) {
-  return __shfl_sync(0xffffffffu, x, lane);
-}
-
 }  // namespace mlxcel
 """
 
@@ -405,31 +401,27 @@ CASCADE_MERGE_SOURCE = r"""
     return i < private_states ? lse1[size_t(begin + i) * q_heads + head]
                               : lse0[size_t(i - private_states) * stacked + head0];
   };
+  auto state_of = [&](int i) -> const float* {
+    return i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
+                              : o0 + (size_t(i - private_states) * stacked + head0) * D;
+  };
 
-  // Lane l keeps the log2 weight of state l (the first 32 states), so the folds below take
-  // weights by shuffle and their state loads wait on no other load.
-  const float lane_lse = lane < states ? lse_of(lane) : neg_inf;
-  float top = lane_lse;
-  for (int i = lane + 32; i < states; i += 32) top = fmaxf(top, lse_of(i));
+  float top = neg_inf;
+  for (int i = lane; i < states; i += 32) top = fmaxf(top, lse_of(i));
   #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
 
   float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  auto fold = [&](int i, const float* state) {
-    const float weight = exp2f((i < 32 ? mlxcel::lane_at(lane_lse, i) : lse_of(i)) - top);
-    const float* src = state + lane * VEC;
-    total += weight;
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
-  };
-  if (top != neg_inf) {                             // warp-uniform: every lane takes the shuffles
+  if (top != neg_inf) {
     #pragma unroll 4
-    for (int i = 0; i < private_states; ++i) fold(i, o1 + (size_t(begin + i) * q_heads + head) * D);
-    #pragma unroll 4
-    for (int t = 0; t < states - private_states; ++t) {
-      fold(private_states + t, o0 + (size_t(t) * stacked + head0) * D);
+    for (int i = 0; i < states; ++i) {
+      const float weight = exp2f(lse_of(i) - top);
+      const float* src = state_of(i) + lane * VEC;
+      total += weight;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
     }
   }
   TO* dst = out + item * D + lane * VEC;

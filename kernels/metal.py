@@ -45,10 +45,6 @@ inline float lane_sum(float x, ushort mask) {
   return x + metal::simd_shuffle_xor(x, mask);
 }
 
-inline float lane_at(float x, int lane) {
-  return metal::simd_shuffle(x, ushort(lane));
-}
-
 }  // namespace mlxcel
 """
 
@@ -307,15 +303,10 @@ CASCADE_MERGE_SOURCE = r"""
   const int states = private_states + (member >= 0 ? tiles0 : 0);
   // The member's stacked level-0 head: kv * (M * G) + m * G + g.
   const int head0 = (head / G) * (members * G) + member * G + head % G;
-  // (Metal has no lambdas: the two sources of a state, and the fold, are spelled out where used.)
+  // (Metal has no lambdas: the two sources of a state are spelled out twice.)
 
-  // Lane l keeps the log2 weight of state l (the first 32 states), so the folds below take
-  // weights by shuffle and their state loads wait on no other load.
-  const float lane_lse = lane >= states ? neg_inf
-                         : lane < private_states ? lse1[size_t(begin + lane) * q_heads + head]
-                                                 : lse0[size_t(lane - private_states) * stacked + head0];
-  float top = lane_lse;
-  for (int i = lane + 32; i < states; i += 32) {
+  float top = neg_inf;
+  for (int i = lane; i < states; i += 32) {
     top = metal::max(top, i < private_states ? lse1[size_t(begin + i) * q_heads + head]
                                              : lse0[size_t(i - private_states) * stacked + head0]);
   }
@@ -323,19 +314,14 @@ CASCADE_MERGE_SOURCE = r"""
 
   float total = 0.f, value[VEC];
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  if (top != neg_inf) {                             // simdgroup-uniform: every lane takes the shuffles
-    for (int i = 0; i < private_states; ++i) {
-      const float weight = metal::exp2((i < 32 ? mlxcel::lane_at(lane_lse, i)
-                                               : lse1[size_t(begin + i) * q_heads + head]) - top);
-      const device float* src = o1 + (size_t(begin + i) * q_heads + head) * D + lane * VEC;
-      total += weight;
-      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
-    }
-    for (int t = 0; t < states - private_states; ++t) {
-      const int i = private_states + t;
-      const float weight = metal::exp2((i < 32 ? mlxcel::lane_at(lane_lse, i)
-                                               : lse0[size_t(t) * stacked + head0]) - top);
-      const device float* src = o0 + (size_t(t) * stacked + head0) * D + lane * VEC;
+  if (top != neg_inf) {
+    for (int i = 0; i < states; ++i) {
+      const float lse = i < private_states ? lse1[size_t(begin + i) * q_heads + head]
+                                           : lse0[size_t(i - private_states) * stacked + head0];
+      const float weight = metal::exp2(lse - top);
+      const device float* src = (i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
+                                                    : o0 + (size_t(i - private_states) * stacked + head0) * D)
+                                + lane * VEC;
       total += weight;
       for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
     }
