@@ -54,7 +54,6 @@ from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
 from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
-from mlxcel.kernels.tile_plan import LEVEL0_TARGET_BLOCKS, TARGET_BLOCKS, fused_tiles, head_layout
 
 HQ, HKV, D, BLOCK = 32, 8, 128, 32
 DTYPE = mx.bfloat16
@@ -202,14 +201,15 @@ class Cell:
     def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None):
         """The fused backend's cascade step with level 0's tile width and
         head-splitting warps fixed (sweeps; None: the heuristics)."""
-        layout = cascade_layout(self.csr, plan_cascade(self.csr, ON))
-        private, members = layout.private_view(self.csr), plan_cascade(self.csr, ON).members
+        plan = plan_cascade(self.csr, ON)
+        layout = cascade_layout(self.csr, plan)
+        private = layout.private_view(self.csr)
         kernels = backend().KERNELS
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
             return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
-                                          private, members, scale=self.scale, level0_pages=level0_pages,
+                                          private, plan.members, scale=self.scale, level0_pages=level0_pages,
                                           level0_warps_m=level0_warps_m)
         return call
 
@@ -218,20 +218,19 @@ class Cell:
         launches them; the cascade merge is the rest of the step."""
         plan = plan_cascade(self.csr, ON)
         layout = cascade_layout(self.csr, plan)
+        private = layout.private_view(self.csr)
         kernels = backend().KERNELS
-        stacked = head_layout(len(plan.members) * (HQ // HKV), kernels.platform.warps)
-        unstacked = head_layout(HQ // HKV, kernels.platform.warps)
+        level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private)
 
-        def level(csr: PagedCsrView, heads, member_list, target_blocks: int):
-            tiles = fused_tiles(csr, None, heads, HKV, target_blocks)
+        def level(csr: PagedCsrView, heads_and_tiles, member_list):
+            heads, tiles = heads_and_tiles
 
             def call(i: int, dep: mx.array | None = None) -> mx.array:
                 s = i % self.sets
                 return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
                                              tiles.geometry, heads, self.scale, member_list)[0]
             return call
-        return {"level0": level(layout.shared, stacked, layout.members, LEVEL0_TARGET_BLOCKS),
-                "level1": level(layout.private_view(self.csr), unstacked, None, TARGET_BLOCKS)}
+        return {"level0": level(layout.shared, level0, layout.members), "level1": level(private, level1, None)}
 
 
 def relative_error(got: mx.array, want) -> float:

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .tile_plan import HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, fused_tiles, head_layout
+from .tile_plan import HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -225,6 +225,17 @@ class FusedKernels:
         return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
                 f"break-even of {self.cascade_break_even_bytes / 2**20:.0f} MiB")
 
+    def cascade_levels(self, q_heads: int, kv_heads: int, members: int, shared: PagedCsrView,
+                       private: PagedCsrView, level0_pages: int | None = None,
+                       level0_warps_m: int | None = None) -> tuple[tuple[HeadLayout, TilePlan], ...]:
+        """(head layout, tiles) of level 0 (every member's heads stacked) and of
+        level 1, as cascade_decode launches them."""
+        group = q_heads // kv_heads
+        stacked = head_layout(members * group, self.platform.warps, level0_warps_m)
+        flat = head_layout(group, self.platform.warps)
+        return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, LEVEL0_TARGET_BLOCKS)),
+                (flat, fused_tiles(private, None, flat, kv_heads)))
+
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
                        private: PagedCsrView, members, *, scale: float,
                        level0_pages: int | None = None, level0_warps_m: int | None = None) -> mx.array:
@@ -247,11 +258,9 @@ class FusedKernels:
             device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
         member_list, member_of_row = device
 
-        stacked = head_layout(len(member_rows) * group, self.platform.warps, level0_warps_m)
-        plan0 = fused_tiles(shared, level0_pages, stacked, hkv, LEVEL0_TARGET_BLOCKS)
+        (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
+                                                              level0_pages, level0_warps_m)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
-        flat = head_layout(group, self.platform.warps)
-        plan1 = fused_tiles(private, None, flat, hkv)
         o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32
         return self._kernel("cascade_merge", d)(
