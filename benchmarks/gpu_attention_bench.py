@@ -51,7 +51,7 @@ from mlxcel.engine.attention import cascade_layout, paged_decode_attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
-from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES, member_arrays
+from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
 
@@ -215,29 +215,22 @@ class Cell:
 
     def fused_levels(self) -> dict:
         """Level 0 alone and level 1 alone, launched as the fused cascade step
-        launches them (level 1 folding level 0's states when each row is one
-        tile, over states computed once beforehand)."""
+        launches them; the cascade merge is the rest of the step."""
         plan = plan_cascade(self.csr, ON)
         layout = cascade_layout(self.csr, plan)
         private = layout.private_view(self.csr)
         kernels = backend().KERNELS
-        (heads0, tiles0), (heads1, tiles1) = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared,
-                                                                    private)
-        member_list, member_of_row = member_arrays(layout.shared, self.batch, plan.members)
-        fold = None
-        if tiles1.one_per_row:
-            fold = (*kernels.partial_tiles(self.queries[0], self.k_pools[0], self.v_pools[0], layout.shared,
-                                           tiles0.geometry, heads0, self.scale, member_list), member_of_row)
-            mx.eval(*fold)
+        level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private)
 
-        def level(csr: PagedCsrView, heads, tiles, member_list, fold):
+        def level(csr: PagedCsrView, heads_and_tiles, member_list):
+            heads, tiles = heads_and_tiles
+
             def call(i: int, dep: mx.array | None = None) -> mx.array:
                 s = i % self.sets
                 return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
-                                             tiles.geometry, heads, self.scale, member_list, fold)[0]
+                                             tiles.geometry, heads, self.scale, member_list)[0]
             return call
-        return {"level0": level(layout.shared, heads0, tiles0, member_list, None),
-                "level1": level(private, heads1, tiles1, None, fold)}
+        return {"level0": level(layout.shared, level0, layout.members), "level1": level(private, level1, None)}
 
 
 def relative_error(got: mx.array, want) -> float:
@@ -304,7 +297,7 @@ def sweep_level0(args) -> list[dict]:
 
 def breakdown(args) -> dict:
     """Where a fused cascade step's time goes at the headline cell: the timing
-    chain alone, each level alone, the whole fused step, the engine's call."""
+    chain alone, each level alone, the 3-launch step, the engine's call."""
     if not hasattr(backend(), "KERNELS"):
         return {}
     cell = Cell(8192, args.tail, 32)

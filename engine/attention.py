@@ -122,9 +122,8 @@ def cascade_launch(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCs
     layout = cascade_layout(csr, plan)
     backend = kernels.backend()
     if hasattr(backend, "cascade_decode") and backend.takes(q, k_pool):
-        # A fused backend runs the same two levels and merge in two or three
-        # launches (stacking, unstacking and merging inside its kernels): see
-        # mlxcel/kernels/fused.py.
+        # A fused backend runs the same two levels and merge in three launches
+        # (stacking and unstacking inside its kernels): see mlxcel/kernels/fused.py.
         return backend.cascade_decode(q, k_pool, v_pool, layout.shared, layout.private_view(csr), plan.members,
                                       scale=scale)
     num_kv_heads, members = k_pool.shape[2], len(plan.members)

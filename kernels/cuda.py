@@ -5,35 +5,28 @@ module holds the CUDA spelling of the two kernels. ``metal.py`` holds the
 Metal spelling of the same kernels, section by section in the same order.
 
 Partial kernel, per block = (tile, head group, KV head), WARPS warps:
-  1. Q fragments: each warp owns MT m16 tiles of 16 query heads (heads past
-     the KV head's count are zero rows), pre-scaled into the log2 domain.
+  1. Q fragments: each warp owns 16 query heads (one m16 tile; heads past the
+     KV head's count are zero rows), pre-scaled into the log2 domain.
   2. Staging: 64-token chunks of K and V are copied into shared memory with
      cp.async, double-buffered; slots outside the row's valid range (before
      first_page_offset, past last_page_len) are zero-filled so no stale value
      can reach the sums.
   3. Scores S = Q K^T and O += P V on mma.sync m16n8k16 (bf16/f16 operands,
      float32 accumulators); B operands come from shared memory through
-     ldmatrix (transposed for V), each feeding all MT tiles. Every K/V element
-     is loaded from memory once per block and reused by all of its warps' heads.
-  4. Online softmax per step of 32 / MT tokens, in registers (FlashAttention-2
-     style: the S accumulators are repacked as the A operand of the P V product).
+     ldmatrix (transposed for V). Every K/V element is loaded from memory once
+     per block and reused by all of its warps' heads.
+  4. Online softmax per 32-token step, in registers (FlashAttention-2 style:
+     the S accumulators are repacked as the A operand of the P V product).
   5. Warps that split a chunk's tokens merge their states in shared memory;
-     the block writes normalized o and log2 lse per (tile, head). With FOLD
-     (cascade level 1, one tile per row) a member row's level-0 states join
-     that fold and o is the row's output in q's dtype.
-
-MT = 2 (cascade level 0's many stacked heads) gives a warp two independent
-score -> softmax -> P V chains: level 0 is latency-bound, not byte- or
-FLOP-bound (ncu: ~2 warps per scheduler stalled on that chain). It costs the
-registers of a third block per SM (255 a lane instead of 168).
+     the block writes normalized o and log2 lse per (tile, head).
 
 Merge kernel: one warp per (group, head): max of the group's lse, then the
 exp2-weighted sum of its states, D/32 contiguous floats per lane.
 
-Cascade merge kernel: the FOLD epilogue's work for a level 1 whose rows span
-several tiles, one warp per (row, head) over the row's level-1 states and, for
-members, every level-0 tile's state at the member's stacked head; writes the
-output in q's dtype.
+Cascade merge kernel: the same fold for one cascade decode step, one warp per
+(row, head) over the row's level-1 states and, for members, every level-0
+tile's state at the member's stacked head; writes the output in q's dtype. With
+the stacked-q map of the partial kernel, a cascade step is three launches.
 """
 
 from __future__ import annotations
@@ -128,11 +121,9 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
 PARTIAL_SOURCE = r"""
   // ---- constants and coordinates ----
   constexpr int THREADS = WARPS * 32;
-  constexpr int SPLIT = WARPS / WM;                 // warps sharing one head tile, splitting tokens
+  constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
-  constexpr int ROWS = 16 * MT;                     // query heads of one warp: MT m16 tiles
-  // Tokens per online-softmax step: 32 / MT keeps a lane's scores at 16 floats.
-  constexpr int STEP = WARP_TOKENS < 32 / MT ? WARP_TOKENS : 32 / MT;
+  constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
   constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
   constexpr int DK = D / 16;                        // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
@@ -150,14 +141,14 @@ PARTIAL_SOURCE = r"""
   // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
   const int heads = STACKED ? members_shape[0] * group_size : group_size;
   const int out_heads = kv_heads * heads;
-  const int groups = ((heads + 15) / 16 + WM * MT - 1) / (WM * MT);
+  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = blockIdx.x / groups;
   const int group = blockIdx.x % groups;
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp % WM, warp_t = warp / WM;
   const int g = lane / 4, tig = lane % 4;
-  const int head0 = (group * WM + warp_m) * ROWS;   // this warp's first head within the KV head
+  const int head0 = (group * WM + warp_m) * 16;     // this warp's first head within the KV head
   const bool active = head0 < heads;
 
   const int* geometry = tiles + 5 * tile;
@@ -169,25 +160,22 @@ PARTIAL_SOURCE = r"""
   T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
-  uint32_t qf[MT][DK][4];
+  uint32_t qf[DK][4];
   #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  for (int kk = 0; kk < DK; ++kk) {
     #pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-      #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int head = head0 + mt * 16 + g + 8 * (r & 1);
-        const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
-        float x0 = 0.f, x1 = 0.f;
-        if (head < heads) {
-          const int q_row = STACKED ? members[head / group_size] : row;
-          const int q_head = kv_head * group_size + head % group_size;
-          const size_t at = (size_t(q_row) * q_heads + q_head) * D + d;
-          x0 = static_cast<float>(q[at]) * scale;
-          x1 = static_cast<float>(q[at + 1]) * scale;
-        }
-        qf[mt][kk][r] = mlxcel::Mma<T>::pack(x0, x1);
+    for (int r = 0; r < 4; ++r) {
+      const int head = head0 + g + 8 * (r & 1);
+      const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
+      float x0 = 0.f, x1 = 0.f;
+      if (head < heads) {
+        const int q_row = STACKED ? members[head / group_size] : row;
+        const int q_head = kv_head * group_size + head % group_size;
+        const size_t at = (size_t(q_row) * q_heads + q_head) * D + d;
+        x0 = static_cast<float>(q[at]) * scale;
+        x1 = static_cast<float>(q[at + 1]) * scale;
       }
+      qf[kk][r] = mlxcel::Mma<T>::pack(x0, x1);
     }
   }
 
@@ -212,15 +200,11 @@ PARTIAL_SOURCE = r"""
     mlxcel::copy_commit();
   };
 
-  float acc[MT][DT][4];
-  float row_max[MT][2], row_sum[MT][2];            // rows g, g+8 of each m16 tile; log2 domain
+  float acc[DT][4];
   #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
-    row_max[mt][0] = row_max[mt][1] = neg_inf;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;         // this lane's share until the final reduction
-  }
+  for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  float row_max[2] = {neg_inf, neg_inf};                 // rows g, g+8; log2 domain
+  float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
@@ -241,83 +225,69 @@ PARTIAL_SOURCE = r"""
       for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
         const int token0 = warp_t * WARP_TOKENS + step * STEP;
 
-        // ---- 3a. scores (each K fragment feeds all MT m-tiles) ----
-        float s[MT][NT][4];
+        // ---- 3a. scores ----
+        float s[NT][4];
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+          s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
           #pragma unroll
           for (int kk = 0; kk < DK; kk += 2) {
             uint32_t b[4];
             mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
-            #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mlxcel::Mma<T>::run(s[mt][nt], qf[mt][kk], b[0], b[1]);
-              mlxcel::Mma<T>::run(s[mt][nt], qf[mt][kk + 1], b[2], b[3]);
-            }
+            mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+            mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
           }
         }
 
         // ---- 4. mask and online softmax ----
         const int slot0 = chunk * CHUNK + token0;
+        float step_max[2] = {neg_inf, neg_inf};
         #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          float step_max[2] = {neg_inf, neg_inf};
+        for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
-              if (slot < first_slot || slot >= end_slot) s[mt][nt][c] = neg_inf;
-              step_max[c >> 1] = fmaxf(step_max[c >> 1], s[mt][nt][c]);
-            }
+          for (int c = 0; c < 4; ++c) {
+            const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
+            if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
+            step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
           }
-          float base[2], alpha[2];
+        }
+        float base[2], alpha[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
+          base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
+          alpha[r] = exp2f(row_max[r] - base[r]);
+          row_max[r] = top;
+          row_sum[r] *= alpha[r];
+        }
+        #pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
+          acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+        }
+        #pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float top = fmaxf(row_max[mt][r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
-            base[r] = top == neg_inf ? 0.f : top;      // nothing valid yet: keep exp2 finite
-            alpha[r] = exp2f(row_max[mt][r] - base[r]);
-            row_max[mt][r] = top;
-            row_sum[mt][r] *= alpha[r];
-          }
-          #pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            acc[mt][dt][0] *= alpha[0]; acc[mt][dt][1] *= alpha[0];
-            acc[mt][dt][2] *= alpha[1]; acc[mt][dt][3] *= alpha[1];
-          }
-          #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              s[mt][nt][c] = exp2f(s[mt][nt][c] - base[c >> 1]);
-              row_sum[mt][c >> 1] += s[mt][nt][c];
-            }
+          for (int c = 0; c < 4; ++c) {
+            s[nt][c] = exp2f(s[nt][c] - base[c >> 1]);
+            row_sum[c >> 1] += s[nt][c];
           }
         }
 
-        // ---- 3b. O += P V (each V fragment feeds all MT m-tiles) ----
+        // ---- 3b. O += P V ----
         #pragma unroll
         for (int kt = 0; kt < NT / 2; ++kt) {
-          uint32_t a[MT][4];
-          #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            a[mt][0] = mlxcel::Mma<T>::pack(s[mt][2 * kt][0], s[mt][2 * kt][1]);
-            a[mt][1] = mlxcel::Mma<T>::pack(s[mt][2 * kt][2], s[mt][2 * kt][3]);
-            a[mt][2] = mlxcel::Mma<T>::pack(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
-            a[mt][3] = mlxcel::Mma<T>::pack(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
-          }
+          const uint32_t a[4] = {
+              mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
           #pragma unroll
           for (int dt = 0; dt < DT; dt += 2) {
             uint32_t b[4];
             mlxcel::load_matrices_transposed(
                 b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
-            #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mlxcel::Mma<T>::run(acc[mt][dt], a[mt], b[0], b[1]);
-              mlxcel::Mma<T>::run(acc[mt][dt + 1], a[mt], b[2], b[3]);
-            }
+            mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
+            mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
           }
         }
       }
@@ -325,66 +295,48 @@ PARTIAL_SOURCE = r"""
     __syncthreads();                               // the next stage() overwrites this buffer
   }
 
-  // ---- 5. merge the token-splitting warps (FOLD: and the row's level-0 states), write ----
-  float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][ROWS][D]
-  float* warp_max = warp_acc + WARPS * ROWS * D;                // [WARPS][ROWS]
-  float* warp_sum = warp_max + WARPS * ROWS;                    // [WARPS][ROWS]
+  // ---- 5. merge the token-splitting warps, write ----
+  float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][16][D]
+  float* warp_max = warp_acc + WARPS * 16 * D;                  // [WARPS][16]
+  float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
   if (active) {
     #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int at = warp * ROWS + mt * 16 + g;
-      #pragma unroll
-      for (int r = 0; r < 2; ++r) row_sum[mt][r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[mt][r], 1), 2);
-      if (tig == 0) {
-        warp_max[at] = row_max[mt][0];
-        warp_max[at + 8] = row_max[mt][1];
-        warp_sum[at] = row_sum[mt][0];
-        warp_sum[at + 8] = row_sum[mt][1];
-      }
-      #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        float* top_row = warp_acc + at * D + dt * 8 + tig * 2;
-        top_row[0] = acc[mt][dt][0];
-        top_row[1] = acc[mt][dt][1];
-        top_row[8 * D] = acc[mt][dt][2];
-        top_row[8 * D + 1] = acc[mt][dt][3];
-      }
+    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
+    if (tig == 0) {
+      warp_max[warp * 16 + g] = row_max[0];
+      warp_max[warp * 16 + g + 8] = row_max[1];
+      warp_sum[warp * 16 + g] = row_sum[0];
+      warp_sum[warp * 16 + g + 8] = row_sum[1];
+    }
+    #pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      float* top_row = warp_acc + (warp * 16 + g) * D + dt * 8 + tig * 2;
+      top_row[0] = acc[dt][0];
+      top_row[1] = acc[dt][1];
+      top_row[8 * D] = acc[dt][2];
+      top_row[8 * D + 1] = acc[dt][3];
     }
   }
   __syncthreads();
-  // FOLD (cascade level 1, one tile per row): a member row's level-0 states,
-  // every tile at the member's stacked head kv * (M * G) + m * G + g, join the
-  // fold and the output is the row's final attention in q's dtype.
-  const int member = FOLD ? member_of_row[row] : -1;
-  const int tiles0 = member >= 0 ? lse0_shape[0] : 0;
-  const int stacked = lse0_shape[1];
-  for (int i = threadIdx.x; i < WM * ROWS * D; i += THREADS) {
-    const int wm = i / (ROWS * D), r = (i / D) % ROWS, d = i % D;
-    const int head = (group * WM + wm) * ROWS + r;
+  for (int i = threadIdx.x; i < WM * 16 * D; i += THREADS) {
+    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
+    const int head = (group * WM + wm) * 16 + r;
     if (head >= heads) continue;
-    const size_t level0_head = size_t(kv_head) * (stacked / kv_heads) + member * group_size + head;
     float top = neg_inf;
     #pragma unroll
-    for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * ROWS + r]);
-    for (int t = 0; t < tiles0; ++t) top = fmaxf(top, lse0[t * stacked + level0_head]);
+    for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
     const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
     float total = 0.f, value = 0.f;
     if (top != neg_inf) {
       #pragma unroll
       for (int j = 0; j < SPLIT; ++j) {
-        const int w = (j * WM + wm) * ROWS + r;
+        const int w = (j * WM + wm) * 16 + r;
         const float weight = exp2f(warp_max[w] - top);
         total += weight * warp_sum[w];
         value += weight * warp_acc[w * D + d];
       }
-      for (int t = 0; t < tiles0; ++t) {
-        const float weight = exp2f(lse0[t * stacked + level0_head] - top);
-        total += weight;
-        // A weightless state (lse -inf) may hold anything: select, never multiply.
-        value += weight > 0.f ? weight * o0[(t * stacked + level0_head) * D + d] : 0.f;
-      }
     }
-    out[out_row * D + d] = static_cast<TO>(total > 0.f ? value / total : 0.f);
+    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
     if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : neg_inf;
   }
 """
@@ -484,10 +436,9 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
-# blocks per SM at one m-tile a warp (168 registers a lane allow three as well),
-# two at two m-tiles (255 registers).
+# blocks per SM (the register count, 168 a lane, allows three as well).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2, m_tiles=2))
+                                warps=4, chunk_tokens=64, stages=2))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

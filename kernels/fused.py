@@ -8,19 +8,16 @@ sizes the grid and launches, identically for both:
   pages in place, stages each chunk of K and V tokens in shared memory once
   and runs every query head of the KV head against it on the matrix units
   (16-bit operands, float32 accumulation), writing a normalized state and a
-  log2 LSE per (tile, head). With FOLD (cascade level 1, one tile per row) it
-  also folds each member row's level-0 states and writes the final output;
+  log2 LSE per (tile, head);
 - the merge kernel: one warp per (group, head) folds contiguous states by
   log-sum-exp; it merges a row's tiles and serves ``merge_states``;
-- the cascade merge kernel: the same fold as FOLD for a level 1 whose rows
-  span several tiles (every level-0 tile at the member's stacked head, the
-  row's level-1 states), straight into the output dtype.
-
-With the partial kernel reading level 0's queries through the member list (no
-stacked copy), a cascade step is two launches (three when level 1 splits a
-row) where the generic two-level path (stack, two partials, tile merge,
-unstack, concatenate, reorder, merge, cast) is about fifteen: on MLX's CUDA
-backend each costs several microseconds, more than the shared span's bytes.
+- the cascade merge kernel: a whole cascade decode step's fold (every level-0
+  tile at the member's stacked head, the row's level-1 states) straight into
+  the output dtype. With the partial kernel reading level 0's queries through
+  the member list (no stacked copy), a cascade step is three launches where the
+  generic two-level path (stack, two partials, tile merge, unstack,
+  concatenate, reorder, merge, cast) is about fifteen: on MLX's CUDA backend
+  each costs several microseconds, more than the shared span's bytes.
 
 Pools the kernels do not take (float32, or a head dim that is not a multiple
 of 32 up to 128) go through the portable kernels, on the same device.
@@ -41,7 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .tile_plan import LEVEL0_TARGET_BLOCKS, TILE_HEADS, HeadLayout, TilePlan, fused_tiles, head_layout
+from .tile_plan import HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -59,8 +56,7 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # by 27 us (docs/benchmark_results/cascade-attention-h200-2026-11-29.md).
 CASCADE_BREAK_EVEN_BYTES = 48 << 20
 
-PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members",
-                  "o0", "lse0", "member_of_row"]
+PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 CASCADE_MERGE_INPUTS = ["o1", "lse1", "indptr1", "o0", "lse0", "member_of_row"]
 STATE_OUTPUTS = ["out", "out_lse"]
@@ -80,7 +76,6 @@ class Platform:
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
-    m_tiles: int          # 16-head matrix tiles a warp may own (head_layout's max_m_tiles)
 
     def staging_bytes(self, head_dim: int) -> int:
         """Shared memory of one partial block: the K and V chunks of every
@@ -88,11 +83,8 @@ class Platform:
         reused after the loop for the warps' states (float32 accumulators,
         max, sum)."""
         stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
-        states = self.warps * self.m_tiles * TILE_HEADS * (head_dim + 2) * 4
+        states = self.warps * HEADS_PER_WARP * (head_dim + 2) * 4
         return max(stages, states)
-
-    def head_layout(self, heads: int, max_warps_m: int | None = None) -> HeadLayout:
-        return head_layout(heads, self.warps, max_warps_m, self.m_tiles)
 
 
 def scale_bits(scale: float) -> int:
@@ -115,20 +107,6 @@ def unsupported(q: mx.array, k_pool: mx.array) -> str | None:
 def poison_from_env() -> float | None:
     text = os.environ.get(POISON_ENV, "").strip()
     return float(text) if text else None
-
-
-def member_arrays(shared: PagedCsrView, rows: int, members) -> tuple[mx.array, mx.array]:
-    """The member rows and each of the ``rows`` rows' member index (-1: not a
-    member), on the device; once per layout (memoized on the shared view,
-    which lives as long as the plan)."""
-    member_rows = np.asarray(members, dtype=np.int32)
-    key = ("fused_cascade_members", rows, member_rows.tobytes())
-    device = shared.structure.memo.get(key)
-    if device is None:
-        member_of_row = np.full(rows, -1, np.int32)
-        member_of_row[member_rows] = np.arange(len(member_rows), dtype=np.int32)
-        device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
-    return device
 
 
 @dataclass
@@ -163,37 +141,30 @@ class FusedKernels:
 
     def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
                       geometry: mx.array, layout: HeadLayout, scale: float,
-                      members: mx.array | None = None,
-                      fold: tuple[mx.array, mx.array, mx.array] | None = None) -> tuple[mx.array, mx.array]:
+                      members: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """One launch: the states of every tile, o [S, Hkv * heads, D] float32,
         lse [S, Hkv * heads] log2. With ``members`` (cascade level 0) the
         kernel stacks those rows' heads itself, kv-head-major, reading q
-        [R, Hq, D] in place. With ``fold`` = (level 0's o, its lse, each row's
-        member index or -1) and one tile per row (cascade level 1), each
-        member row's level-0 states join its fold: o is the row's attention,
-        in q's dtype."""
+        [R, Hq, D] in place."""
         tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
         p = self.platform
-        o0, lse0, member_of_row = fold or self._unused_fold
         return self._kernel("partial", d)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
-                    self._unused_fold[2] if members is None else members, o0, lse0, member_of_row],
-            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("TO", q.dtype if fold else mx.float32), ("D", d),
-                      ("WM", layout.warps_m), ("MT", layout.m_tiles), ("STACKED", members is not None),
-                      ("FOLD", fold is not None), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
+                    self._no_members if members is None else members],
+            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("WM", layout.warps_m),
+                      ("STACKED", members is not None), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
                       ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
             threadgroup=(p.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
-            output_dtypes=[q.dtype if fold else mx.float32, mx.float32],
+            output_dtypes=[mx.float32, mx.float32],
             init_value=self.poison,
         )
 
     @cached_property
-    def _unused_fold(self) -> tuple[mx.array, mx.array, mx.array]:
-        """The inputs a launch does not read (o0, lse0 and an int32 array that
-        also stands in for members): the kernel's signature is fixed."""
-        return mx.zeros((1, 1, 1), mx.float32), mx.zeros((1, 1), mx.float32), mx.zeros((1,), mx.int32)
+    def _no_members(self) -> mx.array:
+        """The members input of an unstacked launch (read by no thread)."""
+        return mx.zeros((1,), mx.int32)
 
     def merge_groups(self, v_in: mx.array, lse_in: mx.array, indptr: mx.array) -> tuple[mx.array, mx.array]:
         """One launch: v [M, H, D], lse [M, H] from contiguous groups of states."""
@@ -218,7 +189,7 @@ class FusedKernels:
             raise ValueError(f"{hq} query heads are not a multiple of {k_pool.shape[2]} KV heads")
         if unsupported(q, k_pool):
             return portable.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
-        layout = self.platform.head_layout(hq // k_pool.shape[2])
+        layout = head_layout(hq // k_pool.shape[2], self.platform.warps)
         plan = fused_tiles(csr, chunk_pages, layout, k_pool.shape[2])
         if plan.num_tiles == 0:
             return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
@@ -260,33 +231,36 @@ class FusedKernels:
         """(head layout, tiles) of level 0 (every member's heads stacked) and of
         level 1, as cascade_decode launches them."""
         group = q_heads // kv_heads
-        stacked = self.platform.head_layout(members * group, level0_warps_m)
-        flat = self.platform.head_layout(group)
+        stacked = head_layout(members * group, self.platform.warps, level0_warps_m)
+        flat = head_layout(group, self.platform.warps)
         return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, LEVEL0_TARGET_BLOCKS)),
                 (flat, fused_tiles(private, None, flat, kv_heads)))
 
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
                        private: PagedCsrView, members, *, scale: float,
                        level0_pages: int | None = None, level0_warps_m: int | None = None) -> mx.array:
-        """One cascade decode step: o [R, Hq, D] in q's dtype.
+        """One cascade decode step in three launches: o [R, Hq, D] in q's dtype.
 
         ``shared`` is level 0 (one row over the span every member shares, all
         pages full), ``private`` level 1 (every row's range minus the members'
-        span), ``members`` the member rows (host ints). Two launches when
-        every row has one level-1 tile (level 1 folds level 0's states in);
-        three otherwise (the cascade merge kernel folds both levels).
-        ``level0_pages`` fixes level 0's tile width and ``level0_warps_m``
-        caps its head-splitting warps (benchmark sweeps)."""
+        span), ``members`` the member rows (host ints). ``level0_pages`` fixes
+        level 0's tile width and ``level0_warps_m`` caps its head-splitting
+        warps (benchmark sweeps)."""
         rows, hq, d = q.shape
         hkv = k_pool.shape[2]
         group = hq // hkv
-        member_list, member_of_row = member_arrays(shared, rows, members)
-        (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, member_list.shape[0], shared, private,
+        member_rows = np.asarray(members, dtype=np.int32)
+        key = ("fused_cascade_members", rows, member_rows.tobytes())
+        device = shared.structure.memo.get(key)
+        if device is None:           # once per layout: the shared view lives as long as the plan
+            member_of_row = np.full(rows, -1, np.int32)
+            member_of_row[member_rows] = np.arange(len(member_rows), dtype=np.int32)
+            device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
+        member_list, member_of_row = device
+
+        (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
                                                               level0_pages, level0_warps_m)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
-        if plan1.one_per_row:
-            return self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale,
-                                      fold=(o0, lse0, member_of_row))[0]
         o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32
         return self._kernel("cascade_merge", d)(

@@ -12,9 +12,6 @@ differs, and why:
   bits 0 and 3 (shuffles xor 1 and 8, where CUDA's differ in bits 0 and 1);
 - staging: plain 16-byte loads into threadgroup memory (Metal has no
   cp.async), one stage;
-- one 16-head tile per simdgroup (``m_tiles=1``): the source takes MT like
-  CUDA's, but what two tiles' accumulators cost in registers on an Apple GPU
-  has not been measured;
 - sizes: threadgroup memory is 32 KB on Apple GPUs, so 2 simdgroups and
   32-token chunks (17 KB of staging at D=128, reused for the states).
 
@@ -54,12 +51,9 @@ inline float lane_sum(float x, ushort mask) {
 PARTIAL_SOURCE = r"""
   // ---- constants and coordinates ----
   constexpr int THREADS = WARPS * 32;
-  constexpr int SPLIT = WARPS / WM;                 // warps sharing one head tile, splitting tokens
+  constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
-  constexpr int ROWS = 16 * MT;                     // query heads of one warp: MT 16-head tiles
-  constexpr int MI = 2 * MT;                        // 8-row matrices of those heads
-  // Tokens per online-softmax step: 32 / MT keeps a lane's scores at 16 floats.
-  constexpr int STEP = WARP_TOKENS < 32 / MT ? WARP_TOKENS : 32 / MT;
+  constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
   constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
   constexpr int DK = D / 8;                         // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
@@ -67,7 +61,7 @@ PARTIAL_SOURCE = r"""
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
   constexpr int STAGED_WORDS = STAGE;               // K and V of one stage, 16-bit elements
-  constexpr int STATE_WORDS = WARPS * ROWS * (D + 2);
+  constexpr int STATE_WORDS = WARPS * 16 * (D + 2);
   constexpr int SHARED_WORDS = STAGED_WORDS > STATE_WORDS ? STAGED_WORDS : STATE_WORDS;
   const float scale = as_type<float>(SCALE_BITS);
   const float neg_inf = -INFINITY;
@@ -80,7 +74,7 @@ PARTIAL_SOURCE = r"""
   // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
   const int heads = STACKED ? members_shape[0] * group_size : group_size;
   const int out_heads = kv_heads * heads;
-  const int groups = ((heads + 15) / 16 + WM * MT - 1) / (WM * MT);
+  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = threadgroup_position_in_grid.x / groups;
   const int group = threadgroup_position_in_grid.x % groups;
   const int kv_head = threadgroup_position_in_grid.y;
@@ -89,7 +83,7 @@ PARTIAL_SOURCE = r"""
   const int warp_m = warp % WM, warp_t = warp / WM;
   const short2 coord = mlxcel::frag_coord(lane);
   const int fn = coord.x, fm = coord.y;
-  const int head0 = (group * WM + warp_m) * ROWS;   // this warp's first head within the KV head
+  const int head0 = (group * WM + warp_m) * 16;     // this warp's first head within the KV head
   const bool active = head0 < heads;
 
   const device int* geometry = tiles + 5 * tile;
@@ -100,10 +94,10 @@ PARTIAL_SOURCE = r"""
   threadgroup float mlxcel_shared[SHARED_WORDS];
   threadgroup T* staged = reinterpret_cast<threadgroup T*>(mlxcel_shared);   // [K, V][CHUNK][STRIDE]
 
-  // ---- 1. Q fragments (rows fm and 8+fm of each 16-head tile, cols fn and fn+1 of each 8-dim k-step) ----
-  simdgroup_matrix<float, 8, 8> qf[MI][DK];
+  // ---- 1. Q fragments (rows fm and 8+fm, cols fn and fn+1 of each 8-dim k-step) ----
+  simdgroup_matrix<float, 8, 8> qf[2][DK];
   for (int kk = 0; kk < DK; ++kk) {
-    for (int mi = 0; mi < MI; ++mi) {
+    for (int mi = 0; mi < 2; ++mi) {
       const int head = head0 + mi * 8 + fm;
       for (int e = 0; e < 2; ++e) {
         const int d = kk * 8 + fn + e;
@@ -118,13 +112,10 @@ PARTIAL_SOURCE = r"""
     }
   }
 
-  simdgroup_matrix<float, 8, 8> acc[MI][DT];
-  float row_max[MI], row_sum[MI];                  // row fm of each 8-row matrix; log2 domain
-  for (int mi = 0; mi < MI; ++mi) {
-    for (int dt = 0; dt < DT; ++dt) acc[mi][dt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
-    row_max[mi] = neg_inf;
-    row_sum[mi] = 0.f;                             // this lane's share until the final reduction
-  }
+  simdgroup_matrix<float, 8, 8> acc[2][DT];
+  for (int dt = 0; dt < DT; ++dt) acc[0][dt] = acc[1][dt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
+  float row_max[2] = {neg_inf, neg_inf};           // rows fm, 8+fm; log2 domain
+  float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
@@ -153,56 +144,65 @@ PARTIAL_SOURCE = r"""
       for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
         const int token0 = warp_t * WARP_TOKENS + step * STEP;
 
-        // ---- 3a. scores (each K tile feeds all MI matrices) ----
-        simdgroup_matrix<float, 8, 8> s[MI][NT];
+        // ---- 3a. scores ----
+        simdgroup_matrix<float, 8, 8> s[2][NT];
         for (int nt = 0; nt < NT; ++nt) {
-          for (int mi = 0; mi < MI; ++mi) s[mi][nt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
+          s[0][nt] = s[1][nt] = make_filled_simdgroup_matrix<float, 8, 8>(0.f);
           for (int kk = 0; kk < DK; ++kk) {
             simdgroup_matrix<float, 8, 8> kt;      // K^T tile: (dim fm, token fn + e)
             for (int e = 0; e < 2; ++e) {
               kt.thread_elements()[e] = static_cast<float>(keys[(token0 + nt * 8 + fn + e) * STRIDE + kk * 8 + fm]);
             }
-            for (int mi = 0; mi < MI; ++mi) simdgroup_multiply_accumulate(s[mi][nt], qf[mi][kk], kt, s[mi][nt]);
+            simdgroup_multiply_accumulate(s[0][nt], qf[0][kk], kt, s[0][nt]);
+            simdgroup_multiply_accumulate(s[1][nt], qf[1][kk], kt, s[1][nt]);
           }
         }
 
         // ---- 4. mask and online softmax ----
         const int slot0 = chunk * CHUNK + token0;
-        for (int mi = 0; mi < MI; ++mi) {
-          float step_max = neg_inf;
-          for (int nt = 0; nt < NT; ++nt) {
+        float step_max[2] = {neg_inf, neg_inf};
+        for (int nt = 0; nt < NT; ++nt) {
+          for (int mi = 0; mi < 2; ++mi) {
             for (int e = 0; e < 2; ++e) {
               const int slot = slot0 + nt * 8 + fn + e;
               if (slot < first_slot || slot >= end_slot) s[mi][nt].thread_elements()[e] = neg_inf;
-              step_max = metal::max(step_max, float(s[mi][nt].thread_elements()[e]));
+              step_max[mi] = metal::max(step_max[mi], float(s[mi][nt].thread_elements()[e]));
             }
           }
-          const float top = metal::max(row_max[mi], mlxcel::lane_max(mlxcel::lane_max(step_max, 1), 8));
-          const float base = top == neg_inf ? 0.f : top;   // nothing valid yet: keep exp2 finite
-          const float alpha = metal::exp2(row_max[mi] - base);
-          row_max[mi] = top;
-          row_sum[mi] *= alpha;
-          for (int dt = 0; dt < DT; ++dt) {
-            acc[mi][dt].thread_elements()[0] *= alpha;
-            acc[mi][dt].thread_elements()[1] *= alpha;
+        }
+        float base[2], alpha[2];
+        for (int r = 0; r < 2; ++r) {
+          const float top = metal::max(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 8));
+          base[r] = top == neg_inf ? 0.f : top;     // nothing valid yet: keep exp2 finite
+          alpha[r] = metal::exp2(row_max[r] - base[r]);
+          row_max[r] = top;
+          row_sum[r] *= alpha[r];
+        }
+        for (int dt = 0; dt < DT; ++dt) {
+          for (int mi = 0; mi < 2; ++mi) {
+            acc[mi][dt].thread_elements()[0] *= alpha[mi];
+            acc[mi][dt].thread_elements()[1] *= alpha[mi];
           }
-          for (int nt = 0; nt < NT; ++nt) {
+        }
+        for (int nt = 0; nt < NT; ++nt) {
+          for (int mi = 0; mi < 2; ++mi) {
             for (int e = 0; e < 2; ++e) {
-              const float p = metal::exp2(float(s[mi][nt].thread_elements()[e]) - base);
+              const float p = metal::exp2(float(s[mi][nt].thread_elements()[e]) - base[mi]);
               s[mi][nt].thread_elements()[e] = p;
               row_sum[mi] += p;
             }
           }
         }
 
-        // ---- 3b. O += P V (each V tile feeds all MI matrices) ----
+        // ---- 3b. O += P V ----
         for (int kt = 0; kt < NT; ++kt) {
           for (int dt = 0; dt < DT; ++dt) {
             simdgroup_matrix<float, 8, 8> vt;      // V tile: (token fm, dim fn + e)
             for (int e = 0; e < 2; ++e) {
               vt.thread_elements()[e] = static_cast<float>(values[(token0 + kt * 8 + fm) * STRIDE + dt * 8 + fn + e]);
             }
-            for (int mi = 0; mi < MI; ++mi) simdgroup_multiply_accumulate(acc[mi][dt], s[mi][kt], vt, acc[mi][dt]);
+            simdgroup_multiply_accumulate(acc[0][dt], s[0][kt], vt, acc[0][dt]);
+            simdgroup_multiply_accumulate(acc[1][dt], s[1][kt], vt, acc[1][dt]);
           }
         }
       }
@@ -210,57 +210,44 @@ PARTIAL_SOURCE = r"""
     threadgroup_barrier(mem_flags::mem_threadgroup);   // the next staging overwrites this chunk
   }
 
-  // ---- 5. merge the token-splitting warps (FOLD: and the row's level-0 states), write ----
-  threadgroup float* warp_acc = mlxcel_shared;                  // [WARPS][ROWS][D]
-  threadgroup float* warp_max = warp_acc + WARPS * ROWS * D;    // [WARPS][ROWS]
-  threadgroup float* warp_sum = warp_max + WARPS * ROWS;        // [WARPS][ROWS]
+  // ---- 5. merge the token-splitting warps, write ----
+  threadgroup float* warp_acc = mlxcel_shared;                  // [WARPS][16][D]
+  threadgroup float* warp_max = warp_acc + WARPS * 16 * D;      // [WARPS][16]
+  threadgroup float* warp_sum = warp_max + WARPS * 16;          // [WARPS][16]
   if (active) {
-    for (int mi = 0; mi < MI; ++mi) {
-      const int at = warp * ROWS + mi * 8 + fm;
-      row_sum[mi] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[mi], 1), 8);
-      if (fn == 0) {
-        warp_max[at] = row_max[mi];
-        warp_sum[at] = row_sum[mi];
-      }
-      for (int dt = 0; dt < DT; ++dt) {
-        threadgroup float* top_row = warp_acc + at * D + dt * 8 + fn;
-        top_row[0] = acc[mi][dt].thread_elements()[0];
-        top_row[1] = acc[mi][dt].thread_elements()[1];
-      }
+    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 8);
+    if (fn == 0) {
+      warp_max[warp * 16 + fm] = row_max[0];
+      warp_max[warp * 16 + fm + 8] = row_max[1];
+      warp_sum[warp * 16 + fm] = row_sum[0];
+      warp_sum[warp * 16 + fm + 8] = row_sum[1];
+    }
+    for (int dt = 0; dt < DT; ++dt) {
+      threadgroup float* top_row = warp_acc + (warp * 16 + fm) * D + dt * 8 + fn;
+      top_row[0] = acc[0][dt].thread_elements()[0];
+      top_row[1] = acc[0][dt].thread_elements()[1];
+      top_row[8 * D] = acc[1][dt].thread_elements()[0];
+      top_row[8 * D + 1] = acc[1][dt].thread_elements()[1];
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  // FOLD (cascade level 1, one tile per row): a member row's level-0 states,
-  // every tile at the member's stacked head kv * (M * G) + m * G + g, join the
-  // fold and the output is the row's final attention in q's dtype.
-  const int member = FOLD ? member_of_row[row] : -1;
-  const int tiles0 = member >= 0 ? lse0_shape[0] : 0;
-  const int stacked = lse0_shape[1];
-  for (int i = thread; i < WM * ROWS * D; i += THREADS) {
-    const int wm = i / (ROWS * D), r = (i / D) % ROWS, d = i % D;
-    const int head = (group * WM + wm) * ROWS + r;
+  for (int i = thread; i < WM * 16 * D; i += THREADS) {
+    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
+    const int head = (group * WM + wm) * 16 + r;
     if (head >= heads) continue;
-    const size_t level0_head = size_t(kv_head) * (stacked / kv_heads) + member * group_size + head;
     float top = neg_inf;
-    for (int j = 0; j < SPLIT; ++j) top = metal::max(top, warp_max[(j * WM + wm) * ROWS + r]);
-    for (int t = 0; t < tiles0; ++t) top = metal::max(top, lse0[t * stacked + level0_head]);
+    for (int j = 0; j < SPLIT; ++j) top = metal::max(top, warp_max[(j * WM + wm) * 16 + r]);
     const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
     float total = 0.f, value = 0.f;
     if (top != neg_inf) {
       for (int j = 0; j < SPLIT; ++j) {
-        const int w = (j * WM + wm) * ROWS + r;
+        const int w = (j * WM + wm) * 16 + r;
         const float weight = metal::exp2(warp_max[w] - top);
         total += weight * warp_sum[w];
         value += weight * warp_acc[w * D + d];
       }
-      for (int t = 0; t < tiles0; ++t) {
-        const float weight = metal::exp2(lse0[t * stacked + level0_head] - top);
-        total += weight;
-        // A weightless state (lse -inf) may hold anything: select, never multiply.
-        value += weight > 0.f ? weight * o0[(t * stacked + level0_head) * D + d] : 0.f;
-      }
     }
-    out[out_row * D + d] = static_cast<TO>(total > 0.f ? value / total : 0.f);
+    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
     if (d == 0) out_lse[out_row] = total > 0.f ? top + metal::log2(total) : neg_inf;
   }
 """
@@ -354,7 +341,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
 # D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
 KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=2, chunk_tokens=32, stages=1, m_tiles=1))
+                                warps=2, chunk_tokens=32, stages=1))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

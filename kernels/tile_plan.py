@@ -17,7 +17,7 @@ import numpy as np
 from .csr import HostCsr, PagedCsrView
 from .portable import requested_width
 
-TILE_HEADS = 16           # query heads of one matrix tile: its M side
+HEADS_PER_WARP = 16       # query heads one warp owns: the M side of a 16-row matrix tile
 
 # Blocks one launch should offer so the GPU stays busy: about four per
 # multiprocessor on a 132-SM H200 (three are resident at a time at D=128,
@@ -51,40 +51,29 @@ GEOMETRY_FIELDS = 5       # row, first page (index into csr.indices), pages, fir
 class HeadLayout:
     """How the query heads of one KV head map onto warps.
 
-    Each warp owns ``m_tiles`` 16-head matrix tiles (its K and V fragments
-    feed every one of them); ``warps_m`` of a block's warps split the heads,
-    the other ``warps // warps_m`` split each staged chunk's tokens (their
-    states are merged inside the block). Heads beyond ``warps_m * m_tiles *
-    16`` go to further head groups, each a block of its own over the same tile
-    (whose KV then comes from L2: their blocks are launched next to each other).
+    ``warps_m`` of a block's warps split the heads into 16-head matrix tiles;
+    the other ``warps // warps_m`` split each staged chunk's tokens (their states are
+    merged inside the block). Heads beyond ``warps_m * 16`` go to further
+    head groups, each a block of its own over the same tile (whose KV then
+    comes from L2: their blocks are launched next to each other).
     """
 
     heads: int        # query heads per KV head in this launch (G, or M * G when stacked)
     warps_m: int      # a power of two, at most the block's warps
     groups: int       # head groups per (tile, KV head)
-    m_tiles: int = 1  # 16-head tiles per warp
 
 
-def head_layout(heads: int, warps: int, max_warps_m: int | None = None, max_m_tiles: int = 1) -> HeadLayout:
+def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadLayout:
     """``max_warps_m`` caps the warps that split heads (benchmark sweeps):
     fewer head-splitting warps per block means more head groups, so more
-    blocks over the same tiles. ``max_m_tiles`` is the platform's limit on
-    16-head tiles per warp: a warp with two has two independent
-    score -> softmax -> P V chains to interleave and reads each K/V fragment
-    once for both (the latency-bound cascade level 0 wants that)."""
+    blocks over the same tiles."""
     if heads < 1:
         raise ValueError(f"need at least one query head per KV head, got {heads}")
-    tiles16 = -(-heads // TILE_HEADS)
-    m_tiles = min(max_m_tiles, tiles16)
-    cap = min(warps, max_warps_m or warps)
-    if m_tiles > 1:
-        # Two tiles' accumulators fill a lane's registers (255 on sm_90): a
-        # warp that also had a whole chunk's tokens to itself would spill.
-        cap = min(cap, max(warps // 2, 1))
+    m_tiles = -(-heads // HEADS_PER_WARP)
     warps_m = 1
-    while warps_m < min(-(-tiles16 // m_tiles), cap):
+    while warps_m < min(m_tiles, warps, max_warps_m or warps):
         warps_m *= 2
-    return HeadLayout(heads, warps_m, -(-tiles16 // (m_tiles * warps_m)), m_tiles)
+    return HeadLayout(heads, warps_m, -(-m_tiles // warps_m))
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def test_level0_widths_give_the_measured_best_block_counts():
     # The H200 sweep's best level-0 widths: 8192 x 32 -> 16 pages, 8192 x 64 -> 32, 32768 x 32 -> 64,
     # 2048 x 64 -> 16.
     for shared_pages, members, best in ((256, 32, 16), (256, 64, 32), (1024, 32, 64), (64, 64, 16)):
-        layout = head_layout(members * 4, 4, max_m_tiles=2)        # CUDA's layout
+        layout = head_layout(members * 4, 4)
         csr = PagedCsrView.from_host(host_csr([list(range(shared_pages))], [shared_pages * 32], 32))
         plan = fused_tiles(csr, None, layout, 8, LEVEL0_TARGET_BLOCKS)
         assert np.array(plan.geometry)[:, 2].max() == best
@@ -109,20 +109,6 @@ def test_head_layout(heads, warps, warps_m, groups):
     assert (layout.warps_m, layout.groups) == (warps_m, groups)
     assert layout.groups * layout.warps_m * 16 >= heads > (layout.groups - 1) * layout.warps_m * 16
 
-
-
-@pytest.mark.parametrize("heads, warps, m_tiles, warps_m, groups", [
-    (4, 4, 1, 1, 1), (16, 4, 1, 1, 1), (17, 4, 2, 1, 1), (32, 4, 2, 1, 1), (64, 4, 2, 2, 1), (128, 4, 2, 2, 2),
-    (256, 4, 2, 2, 4), (100, 2, 2, 1, 4),
-])
-def test_two_m_tiles_a_warp(heads, warps, m_tiles, warps_m, groups):
-    # Two 16-head tiles a warp, and then at most half the warps split heads (the
-    # other half split tokens): a warp with both tiles and a whole chunk would spill.
-    layout = head_layout(heads, warps, max_m_tiles=2)
-    assert (layout.m_tiles, layout.warps_m, layout.groups) == (m_tiles, warps_m, groups)
-    assert layout.warps_m <= max(warps // 2, 1) or layout.m_tiles == 1
-    rows = layout.warps_m * layout.m_tiles * 16
-    assert layout.groups * rows >= heads > (layout.groups - 1) * rows
 
 
 @pytest.mark.parametrize("cap, warps_m, groups", [(None, 4, 2), (4, 4, 2), (2, 2, 4), (1, 1, 8), (8, 4, 2)])
