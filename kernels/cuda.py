@@ -107,6 +107,25 @@ __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
 }
 
+// Elements d and d+1 (d even) in one load.
+__device__ __forceinline__ float2 load_pair(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 load_pair(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+
+// One MUFU.EX2: exp2f's denormal handling costs three more instructions a
+// call, and a weight under 2^-126 adds nothing to a float32 sum anyway.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float lane_max(float x, int mask) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, mask));
 }
@@ -133,7 +152,6 @@ PARTIAL_SOURCE = r"""
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
-  const int block_size = k_pool_shape[1];
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
@@ -154,7 +172,7 @@ PARTIAL_SOURCE = r"""
   const int* geometry = tiles + 5 * tile;
   const int row = geometry[0], page_begin = geometry[1], page_count = geometry[2];
   const int first_slot = geometry[3];
-  const int end_slot = page_count * block_size - (geometry[4] ? block_size - last_page_len[row] : 0);
+  const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK][STRIDE]
@@ -165,35 +183,48 @@ PARTIAL_SOURCE = r"""
   for (int kk = 0; kk < DK; ++kk) {
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      // Every lane loads (a real head's address), rows past the heads become
+      // zeros: no branch, so all the loads are in flight together.
       const int head = head0 + g + 8 * (r & 1);
+      const int real = min(head, heads - 1);
       const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
-      float x0 = 0.f, x1 = 0.f;
-      if (head < heads) {
-        const int q_row = STACKED ? members[head / group_size] : row;
-        const int q_head = kv_head * group_size + head % group_size;
-        const size_t at = (size_t(q_row) * q_heads + q_head) * D + d;
-        x0 = static_cast<float>(q[at]) * scale;
-        x1 = static_cast<float>(q[at + 1]) * scale;
-      }
-      qf[kk][r] = mlxcel::Mma<T>::pack(x0, x1);
+      const int q_row = STACKED ? members[real / group_size] : row;
+      const int q_head = kv_head * group_size + real % group_size;
+      const float2 x = mlxcel::load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
+      qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
     }
   }
 
   // ---- 2. staging ----
+  constexpr int PASS_ROWS = THREADS / VECS;         // token rows one pass of the block copies
+  // A chunk of whole pages whose passes never straddle a page: each pass's
+  // page and row within it are compile-time functions of the pass, so one
+  // lookup serves all the passes of a page.
+  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
   auto stage = [&](int chunk, int buffer) {
+    // (Recomputed per stage, not held across the loop: registers are the
+    // limit on resident blocks.)
+    const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
+    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
     T* keys = staged + (2 * buffer) * STAGE;
     T* values = keys + STAGE;
+    // The chunk's page lookups first, all in flight together; 64-bit
+    // arithmetic only for a page's base (a pool may hold over 2^31 elements).
+    constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+    size_t page_base[LOOKUPS];
     #pragma unroll
-    for (int j = 0; j < CHUNK * VECS / THREADS; ++j) {
-      const int i = j * THREADS + threadIdx.x;
-      const int slot_in_chunk = i / VECS, part = i % VECS;
+    for (int p = 0; p < LOOKUPS; ++p) {
+      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
+      page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
+    }
+    #pragma unroll
+    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
       const int slot = chunk * CHUNK + slot_in_chunk;
+      // Invalid slots read nothing (zero-fill) from a valid slot's page.
       const bool valid = slot >= first_slot && slot < end_slot;
-      size_t at = 0;
-      if (valid) {
-        const size_t block = indices[page_begin + slot / block_size];
-        at = ((block * block_size + slot % block_size) * kv_heads + kv_head) * D + part * 8;
-      }
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
       mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
       mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
     }
@@ -256,7 +287,7 @@ PARTIAL_SOURCE = r"""
         for (int r = 0; r < 2; ++r) {
           const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
           base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
-          alpha[r] = exp2f(row_max[r] - base[r]);
+          alpha[r] = mlxcel::fast_exp2(row_max[r] - base[r]);
           row_max[r] = top;
           row_sum[r] *= alpha[r];
         }
@@ -269,7 +300,7 @@ PARTIAL_SOURCE = r"""
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            s[nt][c] = exp2f(s[nt][c] - base[c >> 1]);
+            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base[c >> 1]);
             row_sum[c >> 1] += s[nt][c];
           }
         }
@@ -436,7 +467,9 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
-# blocks per SM (the register count, 168 a lane, allows three as well).
+# blocks per SM (<= 168 registers a lane allow three as well; the level-0
+# layout with 4 head-splitting warps takes 170: two such blocks and one level-1
+# block share an SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2))
 

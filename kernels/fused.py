@@ -151,9 +151,10 @@ class FusedKernels:
         return self._kernel("partial", d)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
                     self._no_members if members is None else members],
-            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("WM", layout.warps_m),
-                      ("STACKED", members is not None), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
-                      ("SCALE_BITS", scale_bits(scale))],
+            # The page size is a template constant: page lookups become shifts.
+            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
+                      ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps),
+                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
             threadgroup=(p.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],

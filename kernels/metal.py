@@ -66,7 +66,6 @@ PARTIAL_SOURCE = r"""
   const float scale = as_type<float>(SCALE_BITS);
   const float neg_inf = -INFINITY;
 
-  const int block_size = k_pool_shape[1];
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
@@ -89,7 +88,7 @@ PARTIAL_SOURCE = r"""
   const device int* geometry = tiles + 5 * tile;
   const int row = geometry[0], page_begin = geometry[1], page_count = geometry[2];
   const int first_slot = geometry[3];
-  const int end_slot = page_count * block_size - (geometry[4] ? block_size - last_page_len[row] : 0);
+  const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   threadgroup float mlxcel_shared[SHARED_WORDS];
   threadgroup T* staged = reinterpret_cast<threadgroup T*>(mlxcel_shared);   // [K, V][CHUNK][STRIDE]
@@ -98,16 +97,15 @@ PARTIAL_SOURCE = r"""
   simdgroup_matrix<float, 8, 8> qf[2][DK];
   for (int kk = 0; kk < DK; ++kk) {
     for (int mi = 0; mi < 2; ++mi) {
+      // Every lane loads (a real head's address), rows past the heads become zeros.
       const int head = head0 + mi * 8 + fm;
+      const int real = metal::min(head, heads - 1);
+      const int q_row = STACKED ? members[real / group_size] : row;
+      const int q_head = kv_head * group_size + real % group_size;
       for (int e = 0; e < 2; ++e) {
         const int d = kk * 8 + fn + e;
-        float x = 0.f;
-        if (head < heads) {
-          const int q_row = STACKED ? members[head / group_size] : row;
-          const int q_head = kv_head * group_size + head % group_size;
-          x = static_cast<float>(q[(size_t(q_row) * q_heads + q_head) * D + d]) * scale;
-        }
-        qf[mi][kk].thread_elements()[e] = x;
+        const float x = static_cast<float>(q[(size_t(q_row) * q_heads + q_head) * D + d]) * scale;
+        qf[mi][kk].thread_elements()[e] = head < heads ? x : 0.f;
       }
     }
   }
@@ -117,22 +115,33 @@ PARTIAL_SOURCE = r"""
   float row_max[2] = {neg_inf, neg_inf};           // rows fm, 8+fm; log2 domain
   float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
+  constexpr int PASS_ROWS = THREADS / VECS;         // token rows one pass of the threadgroup copies
+  // A chunk of whole pages whose passes never straddle a page: each pass's
+  // page and row within it are compile-time functions of the pass, so one
+  // lookup serves all the passes of a page.
+  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
+  constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // ---- 2. staging ----
     threadgroup T* keys = staged;
     threadgroup T* values = keys + STAGE;
-    for (int j = 0; j < CHUNK * VECS / THREADS; ++j) {
-      const int i = j * THREADS + thread;
-      const int slot_in_chunk = i / VECS, part = i % VECS;
+    const int pass_row = thread / VECS, part = thread % VECS;
+    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
+    // The chunk's page lookups first; 64-bit arithmetic only for a page's base.
+    size_t page_base[LOOKUPS];
+    for (int p = 0; p < LOOKUPS; ++p) {
+      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
+      page_base[p] = size_t(indices[page_begin + metal::min(page, page_count - 1)]) * page_elements;
+    }
+    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
       const int slot = chunk * CHUNK + slot_in_chunk;
+      // Invalid slots are zeros (read from a valid slot's page, then dropped).
       const bool valid = slot >= first_slot && slot < end_slot;
-      size_t at = 0;
-      if (valid) {
-        const size_t block = indices[page_begin + slot / block_size];
-        at = ((block * block_size + slot % block_size) * kv_heads + kv_head) * D + part * 8;
-      }
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
       const uint4 zero = uint4(0);
       *reinterpret_cast<threadgroup uint4*>(keys + slot_in_chunk * STRIDE + part * 8) =
           valid ? *reinterpret_cast<const device uint4*>(k_pool + at) : zero;
