@@ -134,6 +134,36 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
   return x + __shfl_xor_sync(0xffffffffu, x, mask);
 }
 
+// Folds states 0..n-1 (lse_at(i): the state's log2 sum, state_at(i): its
+// normalized row, this lane's VEC floats) into total and value, weighted by
+// exp2(lse - top). The fold waits on loads (a warp per output row, few warps
+// per SM): a batch's loads are all issued before any is used. Indices past n
+// read state n-1 again at weight 0; a weightless state (lse -inf) may hold
+// anything, so it is selected away, never multiplied.
+template <int VEC, typename LseAt, typename StateAt>
+__device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, StateAt state_at, float& total,
+                                            float (&value)[VEC]) {
+  constexpr int BATCH = 8;
+  const float neg_inf = -infinity();
+  for (int first = 0; first < n; first += BATCH) {
+    float lse[BATCH], x[BATCH][VEC];
+    #pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int i = min(first + b, n - 1);
+      lse[b] = first + b < n ? lse_at(i) : neg_inf;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) x[b][k] = state_at(i, k);
+    }
+    #pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const float weight = exp2f(lse[b] - top);
+      total += weight;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * x[b][k] : 0.f;
+    }
+  }
+}
+
 }  // namespace mlxcel
 """
 
@@ -392,17 +422,10 @@ MERGE_SOURCE = r"""
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   if (top != neg_inf) {
-    #pragma unroll 4
-    for (int i = begin; i < end; ++i) {
-      const float weight = exp2f(static_cast<float>(lse_in[size_t(i) * heads + head]) - top);
-      const auto* src = v_in + (size_t(i) * heads + head) * D + lane * VEC;
-      total += weight;
-      #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        // A weightless state (lse -inf) may hold anything: select, never multiply.
-        value[k] += weight > 0.f ? weight * static_cast<float>(src[k]) : 0.f;
-      }
-    }
+    mlxcel::fold_states(
+        end - begin, top, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
+        [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
+        total, value);
   }
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
@@ -427,18 +450,22 @@ CASCADE_MERGE_SOURCE = r"""
   const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
   const int states = private_states + (member >= 0 ? tiles0 : 0);
   // The member's stacked level-0 head: kv * (M * G) + m * G + g.
-  const int head0 = (head / G) * (members * G) + member * G + head % G;
-  auto lse_of = [&](int i) -> float {
-    return i < private_states ? lse1[size_t(begin + i) * q_heads + head]
-                              : lse0[size_t(i - private_states) * stacked + head0];
+  const int head0 = (head / G) * (members * G) + max(member, 0) * G + head % G;
+  // A state's address by selection, not by branch: both are computed, so
+  // fold_states can have a batch's loads in flight at once.
+  auto lse_of = [&](int i) -> const float* {
+    const float* own = lse1 + size_t(begin + i) * q_heads + head;
+    const float* shared = lse0 + size_t(i - private_states) * stacked + head0;
+    return i < private_states ? own : shared;
   };
   auto state_of = [&](int i) -> const float* {
-    return i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
-                              : o0 + (size_t(i - private_states) * stacked + head0) * D;
+    const float* own = o1 + (size_t(begin + i) * q_heads + head) * D;
+    const float* shared = o0 + (size_t(i - private_states) * stacked + head0) * D;
+    return i < private_states ? own : shared;
   };
 
   float top = neg_inf;
-  for (int i = lane; i < states; i += 32) top = fmaxf(top, lse_of(i));
+  for (int i = lane; i < states; i += 32) top = fmaxf(top, *lse_of(i));
   #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
 
@@ -446,14 +473,8 @@ CASCADE_MERGE_SOURCE = r"""
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   if (top != neg_inf) {
-    #pragma unroll 4
-    for (int i = 0; i < states; ++i) {
-      const float weight = exp2f(lse_of(i) - top);
-      const float* src = state_of(i) + lane * VEC;
-      total += weight;
-      #pragma unroll
-      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
-    }
+    mlxcel::fold_states(states, top, [&](int i) { return *lse_of(i); },
+                        [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
   }
   TO* dst = out + item * D + lane * VEC;
   #pragma unroll
