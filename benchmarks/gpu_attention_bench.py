@@ -282,7 +282,7 @@ def sweep_level0(args) -> list[dict]:
     for shared, batch in ((8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)):
         cell = Cell(shared, args.tail, batch)
         flat = cell.flat(0)
-        for warps_m in (None, 1, 2):
+        for warps_m in (None, 1, 2, 4):
             for pages in (None, 8, 16, 32, 64):
                 call = cell.fused_cascade(pages, warps_m)
                 error = relative_error(call(0), flat)

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .tile_plan import HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout
+from .tile_plan import HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -232,7 +232,7 @@ class FusedKernels:
         """(head layout, tiles) of level 0 (every member's heads stacked) and of
         level 1, as cascade_decode launches them."""
         group = q_heads // kv_heads
-        stacked = head_layout(members * group, self.platform.warps, level0_warps_m)
+        stacked = head_layout(members * group, self.platform.warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
         flat = head_layout(group, self.platform.warps)
         return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, LEVEL0_TARGET_BLOCKS)),
                 (flat, fused_tiles(private, None, flat, kv_heads)))

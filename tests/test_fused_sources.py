@@ -15,7 +15,7 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, translation_unit
 from mlxcel import kernels
-from mlxcel.kernels import cuda, fused, metal, portable
+from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
@@ -51,21 +51,23 @@ def partial_registers(tmp_path, pool: str, head_dim: int, warps_m: int, stacked:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("pool, head_dim, warps_m, block_size", [
-    ("bfloat16", 128, 1, 32), ("bfloat16", 128, 2, 32), ("bfloat16", 128, 1, 16), ("float16", 64, 1, 16),
+@pytest.mark.parametrize("pool, head_dim, warps_m, stacked, block_size", [
+    ("bfloat16", 128, 1, False, 32), ("bfloat16", 128, 2, False, 32), ("bfloat16", 128, 1, False, 16),
+    ("float16", 64, 1, False, 16), ("bfloat16", 128, tile_plan.LEVEL0_MAX_WARPS_M, True, 32),
 ])
-def test_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_dim, warps_m, block_size):
-    # Three blocks is what the staging memory allows (3 x 68 KB at D=128).
-    registers = partial_registers(tmp_path, pool, head_dim, warps_m, block_size=block_size)
+def test_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_dim, warps_m, stacked, block_size):
+    # Three blocks is what the staging memory allows (3 x 68 KB at D=128);
+    # the last case is cascade level 0's layout.
+    registers = partial_registers(tmp_path, pool, head_dim, warps_m, stacked, block_size)
     assert 3 * block_registers(registers) <= 65536
 
 
 @needs_nvcc
-def test_level0_blocks_leave_room_for_a_level1_block(tmp_path):
-    # Cascade level 0 (4 head-splitting warps, stacked heads) runs beside level 1
-    # (MLX's CUDA graph launches independent kernels concurrently): two level-0
-    # blocks, about what its 256-block grid puts on an SM, plus one level-1
-    # block must fit the register file together.
+def test_four_head_splitting_warps_leave_room_for_a_level1_block(tmp_path):
+    # Level 0 with four head-splitting warps (the sweeps' uncapped variant)
+    # takes 170 registers: two of its blocks, about what its 256-block grid
+    # puts on an SM, and one level-1 block still share an SM (MLX's CUDA graph
+    # runs the two independent levels concurrently).
     level0 = partial_registers(tmp_path, "bfloat16", 128, 4, stacked=True)
     level1 = partial_registers(tmp_path, "bfloat16", 128, 1)
     assert 2 * block_registers(level0) + block_registers(level1) <= 65536

@@ -7,8 +7,8 @@ import pytest
 
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import host_csr
-from mlxcel.kernels.tile_plan import (LEVEL0_TARGET_BLOCKS, MIN_TILE_TOKENS, TARGET_BLOCKS, TOKENS_PER_HEAD,
-                                      fused_tiles, head_layout, plan_tiles, split_rows, tile_width)
+from mlxcel.kernels.tile_plan import (LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, MIN_TILE_TOKENS, TARGET_BLOCKS,
+                                      TOKENS_PER_HEAD, fused_tiles, head_layout, plan_tiles, split_rows, tile_width)
 
 
 def random_host(rng, rows=7, block_size=16):
@@ -58,11 +58,13 @@ def test_width_keeps_long_batches_whole_and_splits_one_long_row():
     assert width * 32 >= MIN_TILE_TOKENS
 
 
-def test_level0_widths_give_the_measured_best_block_counts():
-    # The H200 sweep's best level-0 widths: 8192 x 32 -> 16 pages, 8192 x 64 -> 32, 32768 x 32 -> 64,
-    # 2048 x 64 -> 16.
-    for shared_pages, members, best in ((256, 32, 16), (256, 64, 32), (1024, 32, 64), (64, 64, 16)):
-        layout = head_layout(members * 4, 4)
+def test_level0_layout_and_widths_are_the_measured_best():
+    # The H200 sweep of run 13 (level-0 warps_m cap x tile width): with two
+    # head-splitting warps, 8192 x 32 -> 32 pages (0.073 ms), 8192 x 64 -> 64
+    # (0.116), 32768 x 32 -> 128 (0.155), 2048 x 64 -> 16 (0.075).
+    for shared_pages, members, best in ((256, 32, 32), (256, 64, 64), (1024, 32, 128), (64, 64, 16)):
+        layout = head_layout(members * 4, 4, LEVEL0_MAX_WARPS_M)
+        assert layout.warps_m == 2
         csr = PagedCsrView.from_host(host_csr([list(range(shared_pages))], [shared_pages * 32], 32))
         plan = fused_tiles(csr, None, layout, 8, LEVEL0_TARGET_BLOCKS)
         assert np.array(plan.geometry)[:, 2].max() == best
