@@ -7,6 +7,12 @@ import os
 
 import pytest
 
+# The float32 checks assert float32 arithmetic (1e-5 against float64). MLX
+# runs float32 matmuls as TF32 on NVIDIA GPUs unless this is 0 (~1e-4 off,
+# measured on the H200); it is read when MLX first runs a matmul, so it is set
+# before any test does. No effect on the CPU.
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
 
 @pytest.fixture(scope="session")
 def mlxcel_home(tmp_path_factory):
