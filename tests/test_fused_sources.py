@@ -163,7 +163,7 @@ def test_cascade_break_even_declines_small_savings():
     # Per layer at Hkv=8, D=128, bf16, 32-token pages a page is 128 KB.
     q, pool = mx.zeros((4, 32, 128), mx.bfloat16), mx.zeros((1, 32, 8, 128), mx.bfloat16)
     assert "24.0 MiB" in cuda.cascade_decline(q, pool, 64, 4)       # 2048 shared x 4: lost on the H200
-    assert cuda.cascade_decline(q, pool, 64, 8) is None                # 2048 x 8: broke even
+    assert "56.0 MiB" in cuda.cascade_decline(q, pool, 64, 8)       # 2048 x 8: lost in most reads
     assert cuda.cascade_decline(q, pool, 256, 4) is None               # 8192 x 4: won
     # Inputs the fused kernels do not take run the portable kernels: no cost model.
     assert cuda.cascade_decline(q.astype(mx.float32), pool.astype(mx.float32), 64, 4) is None
