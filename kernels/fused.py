@@ -52,9 +52,9 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # A fused cascade step costs more than a flat one besides its reads (two more
 # launches, level 0's tile states and their fold): it pays once it saves more
 # KV bytes (per layer) than this. On the H200 (Hq=32, Hkv=8, D=128, bf16),
-# runs 14-16 (docs/benchmark_results/cascade-attention-h200-2026-11-29.md):
-# saving 24 MiB (2048 x 4) cascade/flat 0.97-1.27, 56 MiB (2048 x 8) 0.84-1.36
-# (above 1 in four of six reads), 96 MiB (8192 x 4) 0.67-1.00, 248 MiB
+# runs 14-17 (docs/benchmark_results/cascade-attention-h200-2026-11-29.md):
+# saving 24 MiB (2048 x 4) cascade/flat 0.97-1.27, 56 MiB (2048 x 8) 0.86-1.36
+# (above 1 in four of five reads), 96 MiB (8192 x 4) 0.67-1.00, 248 MiB
 # (2048 x 32) 0.65-0.76.
 CASCADE_BREAK_EVEN_BYTES = 64 << 20
 
