@@ -79,7 +79,7 @@ PARTIAL_SOURCE = r"""
   const int tile = threadgroup_position_in_grid.x / groups;
   const int group = threadgroup_position_in_grid.x % groups;
   const int kv_head = threadgroup_position_in_grid.y;
-  const int thread = thread_index_in_threadgroup;
+  const int lid = thread_index_in_threadgroup;   // (`thread` is an address space in Metal)
   const int warp = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
   const int warp_m = warp % WM, warp_t = warp / WM;
   const short2 coord = mlxcel::frag_coord(lane);
@@ -129,7 +129,7 @@ PARTIAL_SOURCE = r"""
     // ---- 2. staging ----
     threadgroup T* keys = staged;
     threadgroup T* values = keys + STAGE;
-    const int pass_row = thread / VECS, part = thread % VECS;
+    const int pass_row = lid / VECS, part = lid % VECS;
     const size_t page_elements = size_t(BLOCK) * kv_heads * D;
     // The chunk's page lookups first; 64-bit arithmetic only for a page's base.
     size_t page_base[LOOKUPS];
@@ -242,7 +242,7 @@ PARTIAL_SOURCE = r"""
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int i = thread; i < WM * 16 * D; i += THREADS) {
+  for (int i = lid; i < WM * 16 * D; i += THREADS) {
     const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
     const int head = (group * WM + wm) * 16 + r;
     if (head >= heads) continue;
