@@ -232,8 +232,6 @@ PARTIAL_SOURCE = r"""
   // lookup serves all the passes of a page.
   constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
   auto stage = [&](int chunk, int buffer) {
-    // (Recomputed per stage, not held across the loop: registers are the
-    // limit on resident blocks.)
     const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
     const size_t page_elements = size_t(BLOCK) * kv_heads * D;
     T* keys = staged + (2 * buffer) * STAGE;
