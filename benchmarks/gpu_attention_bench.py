@@ -42,6 +42,7 @@ import platform
 import statistics
 import subprocess
 import time
+from functools import cached_property
 from pathlib import Path
 
 import mlx.core as mx
@@ -198,12 +199,17 @@ class Cell:
         """The timing chain's own ops, nothing else."""
         return self.query(i, dep)
 
+    @cached_property
+    def cascade_views(self):
+        """This cell's cascade plan, its layout and level 1's page view."""
+        plan = plan_cascade(self.csr, ON)
+        layout = cascade_layout(self.csr, plan)
+        return plan, layout, layout.private_view(self.csr)
+
     def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None):
         """The fused backend's cascade step with level 0's tile width and
         head-splitting warps fixed (sweeps; None: the heuristics)."""
-        plan = plan_cascade(self.csr, ON)
-        layout = cascade_layout(self.csr, plan)
-        private = layout.private_view(self.csr)
+        plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
@@ -216,9 +222,7 @@ class Cell:
     def fused_levels(self) -> dict:
         """Level 0 alone and level 1 alone, launched as the fused cascade step
         launches them; the cascade merge is the rest of the step."""
-        plan = plan_cascade(self.csr, ON)
-        layout = cascade_layout(self.csr, plan)
-        private = layout.private_view(self.csr)
+        plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
         level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private)
 

@@ -486,9 +486,9 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
-# blocks per SM (<= 168 registers a lane allow three as well; the level-0
-# layout with 4 head-splitting warps takes 170: two such blocks and one level-1
-# block share an SM, see tests/test_fused_sources.py).
+# blocks per SM (<= 168 registers a lane allow three as well; the uncapped
+# level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
+# such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2))
 

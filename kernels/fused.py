@@ -38,7 +38,8 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .tile_plan import HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout
+from .tile_plan import (HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles,
+                        head_layout)
 
 LOG2E = 1.0 / math.log(2.0)
 

@@ -112,7 +112,6 @@ def test_head_layout(heads, warps, warps_m, groups):
     assert layout.groups * layout.warps_m * 16 >= heads > (layout.groups - 1) * layout.warps_m * 16
 
 
-
 @pytest.mark.parametrize("cap, warps_m, groups", [(None, 4, 2), (4, 4, 2), (2, 2, 4), (1, 1, 8), (8, 4, 2)])
 def test_head_layout_cap(cap, warps_m, groups):
     # 128 stacked heads on 4 warps: a cap on the head-splitting warps trades them for head groups.
