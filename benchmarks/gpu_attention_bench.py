@@ -299,36 +299,6 @@ def sweep_level0(args) -> list[dict]:
     return results
 
 
-def sweep_prefetch(args) -> list[dict]:
-    """Flat and fused cascade against the partial kernel's L2 prefetch
-    distance at every cell, SDPA beside them; the distances' arms interleaved,
-    two rounds, so drift shows as round-to-round spread. Every arm's output is
-    checked against the default build's flat output before it is timed."""
-    kernels = getattr(backend(), "KERNELS", None)
-    if kernels is None:
-        return []
-    default = kernels.prefetch_chunks
-    results = []
-    for shared in args.shared:
-        for batch in args.batches:
-            cell = Cell(shared, args.tail, batch)
-            want, sdpa = cell.flat(0), cell.sdpa_call()
-            for round_ in range(2):
-                row = {"shared": shared, "batch": batch, "round": round_, "sdpa": measure(sdpa, args.reps)}
-                for distance in args.prefetch:
-                    kernels.prefetch_chunks = distance
-                    cascade = cell.fused_cascade(None)
-                    for name, call in (("flat", cell.flat), ("cascade", cascade)):
-                        error = relative_error(call(0), want)
-                        if error > args.tolerance:
-                            raise SystemExit(f"prefetch {distance} {name} at {shared} x {batch} disagrees: {error:.2e}")
-                        row[f"{name}_{distance}"] = measure(call, args.reps)
-                kernels.prefetch_chunks = default
-                results.append(row)
-                print(json.dumps(row), flush=True)
-    return results
-
-
 def breakdown(args) -> dict:
     """Where a fused cascade step's time goes at the headline cell: the timing
     chain alone, each level alone, the 3-launch step, the engine's call."""
@@ -365,17 +335,6 @@ def sweep_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def prefetch_table(rows: list[dict], distances: list[int]) -> str:
-    head = "".join(f" flat {d} | cascade {d} |" for d in distances)
-    lines = [f"| S | B | round | SDPA ms |{head} best SDPA/cascade |", "|---" * (4 + 2 * len(distances) + 1) + "|"]
-    for r in rows:
-        cells = "".join(f" {r[f'flat_{d}']['s'] * 1e3:.3f} | {r[f'cascade_{d}']['s'] * 1e3:.3f} |" for d in distances)
-        best = min(r[f"cascade_{d}"]["s"] for d in distances)
-        lines.append(f"| {r['shared']} | {r['batch']} | {r['round']} | {r['sdpa']['s'] * 1e3:.3f} |{cells} "
-                     f"{r['sdpa']['s'] / best:.1f} |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -388,8 +347,6 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="also time level 0 against tile width and head-splitting warps")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
-    parser.add_argument("--prefetch", type=int_list, default=[],
-                        help="only sweep these L2 prefetch distances (chunks) at the cells, flat and cascade")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
     args = parser.parse_args()
@@ -400,12 +357,6 @@ def main() -> None:
     bw, rate = copy_bandwidth(args.reps, args.copy_mib), matmul_rate(5, args.matmul_n)
     info.update(copy_bandwidth_Bps=bw, matmul_bf16_flops=rate)
     print(json.dumps(info), flush=True)
-    if args.prefetch:
-        rows = sweep_prefetch(args)
-        (args.out / "prefetch_sweep.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
-        (args.out / "prefetch_sweep.md").write_text(prefetch_table(rows, args.prefetch) + "\n")
-        print(prefetch_table(rows, args.prefetch))
-        return
     results = []
     for shared in args.shared:
         for batch in args.batches:

@@ -98,11 +98,6 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, bool vali
                :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// A hint, waited on by nothing: the 128-byte line holding p is fetched into L2.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p));
-}
-
 __device__ __forceinline__ void copy_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -236,11 +231,9 @@ PARTIAL_SOURCE = r"""
   // page and row within it are compile-time functions of the pass, so one
   // lookup serves all the passes of a page.
   constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
-  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
-  const int chunk_begin = first_slot / CHUNK;
-  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   auto stage = [&](int chunk, int buffer) {
     const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
+    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
     T* keys = staged + (2 * buffer) * STAGE;
     T* values = keys + STAGE;
     // The chunk's page lookups first, all in flight together; 64-bit
@@ -266,44 +259,19 @@ PARTIAL_SOURCE = r"""
     mlxcel::copy_commit();
   };
 
-  // L2 prefetch, PREFETCH chunks past the one being staged: a chunk's copy
-  // then waits on L2, not on memory. One block's chunk computes in less time
-  // than a memory round trip, so one staged chunk in flight cannot hide it,
-  // and shared memory holds no more stages at three blocks per SM.
-  constexpr int LINES = (D * int(sizeof(T)) + 127) / 128;   // 128-byte lines per token row (upper bound)
-  constexpr int LINE_ITEMS = (CHUNK * LINES + THREADS - 1) / THREADS;
-  auto prefetch = [&](int chunk) {
-    if (PREFETCH == 0 || chunk >= chunk_end) return;
-    size_t at[LINE_ITEMS];
-    #pragma unroll
-    for (int i = 0; i < LINE_ITEMS; ++i) {
-      const int item = min(i * THREADS + int(threadIdx.x), CHUNK * LINES - 1);
-      const int slot = chunk * CHUNK + item / LINES;
-      const int page = min(slot / BLOCK, page_count - 1);
-      at[i] = size_t(indices[page_begin + page]) * page_elements + ((slot % BLOCK) * kv_heads + kv_head) * D +
-              (item % LINES) * (128 / int(sizeof(T)));
-    }
-    #pragma unroll
-    for (int i = 0; i < LINE_ITEMS; ++i) {
-      mlxcel::prefetch_l2(k_pool + at[i]);
-      mlxcel::prefetch_l2(v_pool + at[i]);
-    }
-  };
-
   float acc[DT][4];
   #pragma unroll
   for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
   float row_max[2] = {neg_inf, neg_inf};                 // rows g, g+8; log2 domain
   float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
+  const int chunk_begin = first_slot / CHUNK;
+  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   if (chunk_begin < chunk_end) stage(chunk_begin, 0);   // a tile always holds a token; stay safe if not
-  #pragma unroll
-  for (int ahead = 2; ahead <= PREFETCH; ++ahead) prefetch(chunk_begin + ahead);   // the loop prefetches the rest
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int buffer = (chunk - chunk_begin) & 1;
     if (chunk + 1 < chunk_end) {
       stage(chunk + 1, buffer ^ 1);
-      prefetch(chunk + 1 + PREFETCH);
       mlxcel::copy_wait<1>();
     } else {
       mlxcel::copy_wait<0>();
@@ -522,7 +490,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2), prefetch_chunks=2)
+                                warps=4, chunk_tokens=64, stages=2))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

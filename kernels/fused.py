@@ -122,10 +122,6 @@ class FusedKernels:
     # extra launch per output. MLXCEL_POISON_OUTPUTS=nan sets it for a whole run.
     poison: float | None = field(default_factory=poison_from_env)
     cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
-    # How many chunks past the one being staged the partial kernel asks L2 to
-    # fetch (CUDA's prefetch.global.L2; the Metal source has no such hint and
-    # ignores it). A field so benchmarks can sweep it.
-    prefetch_chunks: int = 0
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int) -> Callable:
@@ -161,8 +157,7 @@ class FusedKernels:
             # The page size is a template constant: page lookups become shifts.
             template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
                       ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps),
-                      ("CHUNK", p.chunk_tokens), ("PREFETCH", self.prefetch_chunks),
-                      ("SCALE_BITS", scale_bits(scale))],
+                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
             threadgroup=(p.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],

@@ -28,14 +28,13 @@ def block_registers(registers: int, warps: int = 4) -> int:
 
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
     p = cuda.KERNELS.platform
-    prefetch = cuda.KERNELS.prefetch_chunks
     return translation_unit(
         "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
         [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
          ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
         [("T", pool), ("TQ", "float32"), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m), ("STACKED", stacked),
-         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("PREFETCH", prefetch), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def resources(report: str) -> tuple[int, int]:
