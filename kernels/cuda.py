@@ -31,6 +31,9 @@ the stacked-q map of the partial kernel, a cascade step is three launches.
 
 from __future__ import annotations
 
+import functools
+import re
+
 import mlx.core as mx
 
 from .fused import FusedKernels, Platform
@@ -480,6 +483,258 @@ CASCADE_MERGE_SOURCE = r"""
 """
 
 
+def _warpgroup_mma(ctype: str, ptx: str, n: int, transposed: bool) -> str:
+    """One wgmma.mma_async spelled out: m64 x n x k16, A (4 words) from
+    registers, B from shared memory through a descriptor, float32
+    accumulators d[n/8][4] (the mma.sync C layout per 8 columns)."""
+    words = n // 2
+    d = ", ".join(f"%{i}" for i in range(words))
+    a = ", ".join(f"%{words + i}" for i in range(4))
+    outs = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(words))
+    name = "mn_major" if transposed else "k_major"
+    return f"""
+template <> __device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{n // 8}][4], const uint32_t (&a)[4],
+                                                            uint64_t b, int accumulate) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{words + 5}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{d}}}, {{{a}}}, %{words + 4}, p, 1, 1, {int(transposed)};\\n}}\\n"
+      : {outs}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}}
+"""
+
+
+# Head dims the warpgroup kernel takes: a token's dims split into 16-byte
+# vectors that a 128-thread pass covers in whole 8-token groups.
+WARPGROUP_HEAD_DIMS = (32, 64, 128)
+
+WARPGROUP_HEADER = r"""
+namespace mlxcel {
+
+// Hopper's warpgroup MMA (sm_90a). B operands sit in shared memory in the
+// no-swizzle canonical layout: 8x8 core matrices of 128 contiguous bytes (8
+// rows of 16 bytes); a descriptor gives the start and the byte distances
+// between neighbouring core matrices along K (leading) and along M/N (stride).
+__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t leading, uint32_t stride) {
+  return uint64_t((address & 0x3FFFF) >> 4) | uint64_t(leading >> 4) << 16 | uint64_t(stride >> 4) << 32;
+}
+
+// D (64 x N) += A (64 x 16, registers) B (16 x N): k_major when B's K index
+// is contiguous in a core matrix row (K^T for scores), mn_major when its N
+// index is (V for values).
+template <typename T, int N>
+__device__ __forceinline__ void k_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate);
+template <typename T, int N>
+__device__ __forceinline__ void mn_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate);
+""" + "".join(_warpgroup_mma(ctype, ptx, n, transposed)
+              for ctype, ptx in (("__nv_bfloat16", "bf16"), ("__half", "f16"))
+              for n in sorted({64, *WARPGROUP_HEAD_DIMS}) for transposed in (False, True)) + r"""
+__device__ __forceinline__ void warpgroup_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// cp.async writes shared memory through the generic proxy, wgmma reads it
+// through the async proxy: this orders the two.
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The compiler sees a wgmma's accumulators as written when it is issued; this
+// keeps every use of them after the wait that really completes them.
+template <int N>
+__device__ __forceinline__ void hold(float (&d)[N][4]) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) {
+    #pragma unroll
+    for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[i][c]) :: "memory");
+  }
+}
+
+}  // namespace mlxcel
+"""
+
+LEVEL0_SOURCE = r"""
+  // ---- constants and coordinates ----
+  constexpr int HEADS = 64;                         // query heads per block: the wgmma M, 16 per warp
+  constexpr int NT = CHUNK / 8;                     // score tiles (8 tokens) per chunk
+  constexpr int DK = D / 16;                        // k-steps of Q K^T
+  constexpr int DT = D / 8;                         // output tiles (8 dims)
+  constexpr int VECS = D / 8;                       // 16-byte vectors per token row: dim groups
+  constexpr int TOKEN_GROUP = VECS * 128;           // bytes of 8 tokens' rows: a column of core matrices
+  constexpr int STAGE = CHUNK * D;                  // elements of K (or V) in one stage
+  const float scale = __int_as_float(SCALE_BITS);
+  const float neg_inf = -mlxcel::infinity();
+
+  const int kv_heads = k_pool_shape[2];
+  const int q_heads = q_shape[1];
+  const int group_size = q_heads / kv_heads;
+  // Member m's head kv * G + g is stacked head kv * (M * G) + m * G + g.
+  const int heads = members_shape[0] * group_size;
+  const int out_heads = kv_heads * heads;
+  const int groups = (heads + HEADS - 1) / HEADS;
+  const int tile = blockIdx.x / groups;
+  const int group = blockIdx.x % groups;
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tig = lane % 4;
+  const int head0 = group * HEADS + warp * 16;      // this warp's first head within the KV head
+
+  const int* geometry = tiles + 5 * tile;
+  const int row = geometry[0], page_begin = geometry[1], page_count = geometry[2];
+  const int first_slot = geometry[3];
+  const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
+
+  extern __shared__ __align__(128) unsigned char mlxcel_shared[];
+  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK / 8][VECS][8 tokens][8 dims]
+
+  // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
+  uint32_t qf[DK][4];
+  #pragma unroll
+  for (int kk = 0; kk < DK; ++kk) {
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int head = head0 + g + 8 * (r & 1);
+      const int real = min(head, heads - 1);
+      const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
+      const int q_head = kv_head * group_size + real % group_size;
+      const float2 x = mlxcel::load_pair(q + (size_t(members[real / group_size]) * q_heads + q_head) * D + d);
+      qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
+    }
+  }
+
+  // ---- 2. staging (core-matrix layout: 8 consecutive lanes fill one 128-byte core matrix) ----
+  constexpr int PASS_ROWS = 128 / VECS;             // token rows one pass of the block copies
+  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
+  const int pass_row = threadIdx.x / (8 * VECS) * 8 + threadIdx.x % 8, part = threadIdx.x / 8 % VECS;
+  auto stage = [&](int chunk, int buffer) {
+    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
+    T* keys = staged + (2 * buffer) * STAGE;
+    T* values = keys + STAGE;
+    constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+    size_t page_base[LOOKUPS];
+    #pragma unroll
+    for (int p = 0; p < LOOKUPS; ++p) {
+      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
+      page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
+    }
+    #pragma unroll
+    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = slot >= first_slot && slot < end_slot;
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
+      const int to = ((slot_in_chunk / 8) * VECS + part) * 64 + (slot_in_chunk % 8) * 8;
+      mlxcel::copy_async(keys + to, k_pool + at, valid);
+      mlxcel::copy_async(values + to, v_pool + at, valid);
+    }
+    mlxcel::copy_commit();
+  };
+
+  float acc[DT][4];
+  #pragma unroll
+  for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  float s[NT][4];
+  #pragma unroll
+  for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+  float row_max[2] = {neg_inf, neg_inf};            // rows g, g+8; log2 domain
+  float row_sum[2] = {0.f, 0.f};                    // this lane's share until the final reduction
+
+  const int chunk_begin = first_slot / CHUNK;
+  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
+  if (chunk_begin < chunk_end) stage(chunk_begin, 0);
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    const int buffer = (chunk - chunk_begin) & 1;
+    if (chunk + 1 < chunk_end) {
+      stage(chunk + 1, buffer ^ 1);
+      mlxcel::copy_wait<1>();
+    } else {
+      mlxcel::copy_wait<0>();
+    }
+    mlxcel::async_proxy_fence();
+    __syncthreads();
+    const uint32_t keys = mlxcel::shared_address(staged + (2 * buffer) * STAGE);
+    const uint32_t values = keys + STAGE * sizeof(T);
+
+    // ---- 3a. scores: S (64 heads x CHUNK tokens) = Q K^T, one wgmma per 16 dims ----
+    mlxcel::warpgroup_fence();
+    #pragma unroll
+    for (int kk = 0; kk < DK; ++kk)
+      mlxcel::k_major<T, CHUNK>(s, qf[kk], mlxcel::matrix_descriptor(keys + kk * 256, 128, TOKEN_GROUP), kk > 0);
+    mlxcel::warpgroup_commit();
+    mlxcel::warpgroup_wait();
+    mlxcel::hold(s);
+
+    // ---- 4. mask and online softmax ----
+    const int slot0 = chunk * CHUNK;
+    float step_max[2] = {neg_inf, neg_inf};
+    #pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      #pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
+        if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
+        step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
+      }
+    }
+    float base[2], alpha[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
+      base[r] = top == neg_inf ? 0.f : top;
+      alpha[r] = mlxcel::fast_exp2(row_max[r] - base[r]);
+      row_max[r] = top;
+      row_sum[r] *= alpha[r];
+    }
+    #pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
+      acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+    }
+    #pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      #pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base[c >> 1]);
+        row_sum[c >> 1] += s[nt][c];
+      }
+    }
+
+    // ---- 3b. O += P V, one wgmma per 16 tokens (P repacked from the S accumulators) ----
+    uint32_t pf[NT / 2][4];
+    #pragma unroll
+    for (int kt = 0; kt < NT / 2; ++kt) {
+      pf[kt][0] = mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]);
+      pf[kt][1] = mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]);
+      pf[kt][2] = mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]);
+      pf[kt][3] = mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+    }
+    mlxcel::hold(acc);
+    mlxcel::warpgroup_fence();
+    #pragma unroll
+    for (int kt = 0; kt < NT / 2; ++kt)
+      mlxcel::mn_major<T, D>(acc, pf[kt], mlxcel::matrix_descriptor(values + kt * 2 * TOKEN_GROUP, TOKEN_GROUP, 128), 1);
+    mlxcel::warpgroup_commit();
+    mlxcel::warpgroup_wait();
+    mlxcel::hold(acc);
+    __syncthreads();                               // the next stage() overwrites this buffer
+  }
+
+  // ---- 5. write each warp's rows (no token split: no merge inside the block) ----
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float total = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
+    const int head = head0 + g + 8 * r;
+    if (head >= heads) continue;
+    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
+    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    #pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(out + out_row * D + dt * 8 + tig * 2) =
+          make_float2(acc[dt][2 * r] * inverse, acc[dt][2 * r + 1] * inverse);
+    if (tig == 0) out_lse[out_row] = total > 0.f ? row_max[r] + log2f(total) : neg_inf;
+  }
+"""
+
+
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
     return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
                                header=header, shared_memory=shared_bytes)
@@ -489,8 +744,20 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
+@functools.cache
+def hopper() -> bool:
+    """Compute capability 9.0: wgmma exists there only (MLX compiles for
+    sm_90a on it); MLX names it in the device's architecture (sm_90...)."""
+    return re.sub(r"\D", "", str(mx.device_info().get("architecture", ""))).startswith("90")
+
+
+def level0_runs(q: mx.array, k_pool: mx.array) -> bool:
+    return q.shape[-1] in WARPGROUP_HEAD_DIMS and hopper()
+
+
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2))
+                                warps=4, chunk_tokens=64, stages=2, level0_source=LEVEL0_SOURCE,
+                                level0_header=WARPGROUP_HEADER, level0_runs=level0_runs))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).
