@@ -234,20 +234,23 @@ PARTIAL_SOURCE = r"""
   // page and row within it are compile-time functions of the pass, so one
   // lookup serves all the passes of a page.
   constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
-  auto stage = [&](int chunk, int buffer) {
-    const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
-    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
-    T* keys = staged + (2 * buffer) * STAGE;
-    T* values = keys + STAGE;
-    // The chunk's page lookups first, all in flight together; 64-bit
-    // arithmetic only for a page's base (a pool may hold over 2^31 elements).
-    constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
-    size_t page_base[LOOKUPS];
+  constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+  const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
+  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
+  // A chunk's page lookups, all in flight together, issued a chunk before its
+  // copies need them (the loop below); 64-bit arithmetic only for a page's
+  // base (a pool may hold over 2^31 elements). Chunks past the tile read its
+  // last page: harmless, never staged.
+  auto lookup = [&](int chunk, size_t (&page_base)[LOOKUPS]) {
     #pragma unroll
     for (int p = 0; p < LOOKUPS; ++p) {
       const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
       page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
     }
+  };
+  auto stage = [&](int chunk, int buffer, const size_t (&page_base)[LOOKUPS]) {
+    T* keys = staged + (2 * buffer) * STAGE;
+    T* values = keys + STAGE;
     #pragma unroll
     for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
       const int slot_in_chunk = j * PASS_ROWS + pass_row;
@@ -270,11 +273,15 @@ PARTIAL_SOURCE = r"""
 
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
-  if (chunk_begin < chunk_end) stage(chunk_begin, 0);   // a tile always holds a token; stay safe if not
+  size_t page_base[LOOKUPS];
+  lookup(chunk_begin, page_base);
+  if (chunk_begin < chunk_end) stage(chunk_begin, 0, page_base);   // a tile always holds a token; stay safe if not
+  lookup(chunk_begin + 1, page_base);
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int buffer = (chunk - chunk_begin) & 1;
     if (chunk + 1 < chunk_end) {
-      stage(chunk + 1, buffer ^ 1);
+      stage(chunk + 1, buffer ^ 1, page_base);
+      lookup(chunk + 2, page_base);
       mlxcel::copy_wait<1>();
     } else {
       mlxcel::copy_wait<0>();
@@ -559,7 +566,7 @@ LEVEL0_SOURCE = r"""
   constexpr int DT = D / 8;                         // output tiles (8 dims)
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row: dim groups
   constexpr int TOKEN_GROUP = VECS * 128;           // bytes of 8 tokens' rows: a column of core matrices
-  constexpr int STAGE = CHUNK * D;                  // elements of K (or V) in one stage
+  constexpr int STAGE = CHUNK * D;                  // elements of K (or V) in one stage (STAGES of them)
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -583,9 +590,51 @@ LEVEL0_SOURCE = r"""
   const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   extern __shared__ __align__(128) unsigned char mlxcel_shared[];
-  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK / 8][VECS][8 tokens][8 dims]
+  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK / 8][VECS][8 tokens][8 dims]
 
-  // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
+  // ---- 1. staging (core-matrix layout: 8 consecutive lanes fill one 128-byte core matrix; the first
+  //         chunk's copies go out before the Q loads, so the two latencies overlap) ----
+  constexpr int PASS_ROWS = 128 / VECS;             // token rows one pass of the block copies
+  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
+  constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+  const int pass_row = threadIdx.x / (8 * VECS) * 8 + threadIdx.x % 8, part = threadIdx.x / 8 % VECS;
+  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
+  auto lookup = [&](int chunk, size_t (&page_base)[LOOKUPS]) {   // as the partial kernel's
+    #pragma unroll
+    for (int p = 0; p < LOOKUPS; ++p) {
+      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
+      page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
+    }
+  };
+  const int chunk_begin = first_slot / CHUNK;
+  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
+  // One commit group per call, empty past the tile, so wait_group counts stay uniform.
+  auto stage = [&](int chunk, const size_t (&page_base)[LOOKUPS]) {
+    T* keys = staged + (2 * ((chunk - chunk_begin) % STAGES)) * STAGE;
+    T* values = keys + STAGE;
+    #pragma unroll
+    for (int j = 0; j < CHUNK / PASS_ROWS && chunk < chunk_end; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = slot >= first_slot && slot < end_slot;
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
+      const int to = ((slot_in_chunk / 8) * VECS + part) * 64 + (slot_in_chunk % 8) * 8;
+      mlxcel::copy_async(keys + to, k_pool + at, valid);
+      mlxcel::copy_async(values + to, v_pool + at, valid);
+    }
+    mlxcel::copy_commit();
+  };
+
+  size_t page_base[LOOKUPS];
+  lookup(chunk_begin, page_base);
+  #pragma unroll
+  for (int ahead = 0; ahead < STAGES - 1; ++ahead) {
+    stage(chunk_begin + ahead, page_base);
+    lookup(chunk_begin + ahead + 1, page_base);
+  }
+
+  // ---- 2. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
   uint32_t qf[DK][4];
   #pragma unroll
   for (int kk = 0; kk < DK; ++kk) {
@@ -600,35 +649,6 @@ LEVEL0_SOURCE = r"""
     }
   }
 
-  // ---- 2. staging (core-matrix layout: 8 consecutive lanes fill one 128-byte core matrix) ----
-  constexpr int PASS_ROWS = 128 / VECS;             // token rows one pass of the block copies
-  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
-  const int pass_row = threadIdx.x / (8 * VECS) * 8 + threadIdx.x % 8, part = threadIdx.x / 8 % VECS;
-  auto stage = [&](int chunk, int buffer) {
-    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
-    T* keys = staged + (2 * buffer) * STAGE;
-    T* values = keys + STAGE;
-    constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
-    size_t page_base[LOOKUPS];
-    #pragma unroll
-    for (int p = 0; p < LOOKUPS; ++p) {
-      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
-      page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
-    }
-    #pragma unroll
-    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-      const int slot_in_chunk = j * PASS_ROWS + pass_row;
-      const int slot = chunk * CHUNK + slot_in_chunk;
-      const bool valid = slot >= first_slot && slot < end_slot;
-      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
-      const int to = ((slot_in_chunk / 8) * VECS + part) * 64 + (slot_in_chunk % 8) * 8;
-      mlxcel::copy_async(keys + to, k_pool + at, valid);
-      mlxcel::copy_async(values + to, v_pool + at, valid);
-    }
-    mlxcel::copy_commit();
-  };
-
   float acc[DT][4];
   #pragma unroll
   for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
@@ -638,20 +658,13 @@ LEVEL0_SOURCE = r"""
   float row_max[2] = {neg_inf, neg_inf};            // rows g, g+8; log2 domain
   float row_sum[2] = {0.f, 0.f};                    // this lane's share until the final reduction
 
-  const int chunk_begin = first_slot / CHUNK;
-  const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
-  if (chunk_begin < chunk_end) stage(chunk_begin, 0);
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    const int buffer = (chunk - chunk_begin) & 1;
-    if (chunk + 1 < chunk_end) {
-      stage(chunk + 1, buffer ^ 1);
-      mlxcel::copy_wait<1>();
-    } else {
-      mlxcel::copy_wait<0>();
-    }
+    stage(chunk + STAGES - 1, page_base);          // into the buffer the last iteration finished with
+    lookup(chunk + STAGES, page_base);
+    mlxcel::copy_wait<STAGES - 1>();               // this chunk's group: all but the STAGES - 1 newest
     mlxcel::async_proxy_fence();
     __syncthreads();
-    const uint32_t keys = mlxcel::shared_address(staged + (2 * buffer) * STAGE);
+    const uint32_t keys = mlxcel::shared_address(staged + (2 * ((chunk - chunk_begin) % STAGES)) * STAGE);
     const uint32_t values = keys + STAGE * sizeof(T);
 
     // ---- 3a. scores: S (64 heads x CHUNK tokens) = Q K^T, one wgmma per 16 dims ----

@@ -95,10 +95,10 @@ class Platform:
         states = self.warps * HEADS_PER_WARP * (head_dim + 2) * 4
         return max(stages, states)
 
-    def level0_staging_bytes(self, head_dim: int) -> int:
+    def level0_staging_bytes(self, head_dim: int, stages: int) -> int:
         """The level-0 kernel's shared memory: K and V chunks of every stage,
         unpadded (its core-matrix layout has no bank conflicts to pad away)."""
-        return self.stages * 2 * self.chunk_tokens * head_dim * 2
+        return stages * 2 * self.chunk_tokens * head_dim * 2
 
 
 def scale_bits(scale: float) -> int:
@@ -136,10 +136,11 @@ class FusedKernels:
     # Cascade level 0 on the platform's own level-0 kernel wherever it runs
     # (None), or always on the partial kernel (False: benchmarks' A/B).
     level0_kernel: bool | None = None
+    level0_stages: int = 2          # the level-0 kernel's staging buffers
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int) -> Callable:
-        key = (kind, head_dim)
+        key = (kind, head_dim, self.level0_stages if kind == "level0" else 0)
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
@@ -153,7 +154,8 @@ class FusedKernels:
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((header + source).encode()).hexdigest()[:12]
-            shared = {"partial": p.staging_bytes, "level0": p.level0_staging_bytes}.get(kind, lambda d: 0)(head_dim)
+            shared = (p.staging_bytes(head_dim) if kind == "partial" else
+                      p.level0_staging_bytes(head_dim, self.level0_stages) if kind == "level0" else 0)
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, header, shared)
             self._kernels[key] = kernel
         return kernel
@@ -171,7 +173,9 @@ class FusedKernels:
         # The page size is a template constant: page lookups become shifts.
         template = [("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
                     ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))]
-        if not level0_kernel:
+        if level0_kernel:
+            template += [("STAGES", self.level0_stages)]
+        else:
             template += [("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps)]
         return self._kernel("level0" if level0_kernel else "partial", d)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,

@@ -73,7 +73,7 @@ def test_four_head_splitting_warps_leave_room_for_a_level1_block(tmp_path):
     assert 2 * block_registers(level0) + block_registers(level1) <= 65536
 
 
-def level0_unit(pool: str, head_dim: int, block_size: int) -> str:
+def level0_unit(pool: str, head_dim: int, block_size: int, stages: int = 2) -> str:
     p = cuda.KERNELS.platform
     return translation_unit(
         "level0", cuda.HEADER + cuda.WARPGROUP_HEADER, cuda.LEVEL0_SOURCE,
@@ -81,7 +81,7 @@ def level0_unit(pool: str, head_dim: int, block_size: int) -> str:
          ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
         [("T", pool), ("TQ", "bfloat16"), ("D", head_dim), ("BLOCK", block_size), ("CHUNK", p.chunk_tokens),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("STAGES", stages)])
 
 
 @needs_nvcc
@@ -96,7 +96,13 @@ def test_level0_kernel_compiles_for_hopper_with_three_blocks_per_sm(tmp_path, po
     registers, spills = resources(report)
     assert spills == 0 and "warning" not in report.lower()
     assert 3 * block_registers(registers) <= 65536
-    assert 3 * cuda.KERNELS.platform.level0_staging_bytes(head_dim) <= 227 * 1024
+    assert 3 * cuda.KERNELS.platform.level0_staging_bytes(head_dim, cuda.KERNELS.level0_stages) <= 227 * 1024
+
+
+@needs_nvcc
+def test_level0_kernel_compiles_with_three_stages(tmp_path):
+    registers, spills = resources(compile_unit(level0_unit("bfloat16", 128, 32, stages=3), tmp_path, arch="sm_90a"))
+    assert spills == 0 and 2 * block_registers(registers) <= 65536
 
 
 @needs_nvcc
