@@ -39,7 +39,6 @@ import argparse
 import json
 import math
 import platform
-import re
 import statistics
 import subprocess
 import time
@@ -225,9 +224,7 @@ class Cell:
         launches them; the cascade merge is the rest of the step."""
         plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
-        dedicated = kernels.runs_level0_kernel(self.queries[0], self.k_pools[0])
-        level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private,
-                                                level0_kernel=dedicated)
+        level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private)
 
         def level(csr: PagedCsrView, heads_and_tiles, member_list):
             heads, tiles = heads_and_tiles
@@ -235,8 +232,7 @@ class Cell:
             def call(i: int, dep: mx.array | None = None) -> mx.array:
                 s = i % self.sets
                 return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
-                                             tiles.geometry, heads, self.scale, member_list,
-                                             dedicated and member_list is not None)[0]
+                                             tiles.geometry, heads, self.scale, member_list)[0]
             return call
         return {"level0": level(layout.shared, level0, layout.members), "level1": level(private, level1, None)}
 
@@ -275,26 +271,6 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
         for key, value in measure(call, args.reps).items():
             result[f"{name}_{key}"] = value
     if fused_kernels is not None:
-        result["level0_kernel"] = fused_kernels.runs_level0_kernel(cell.queries[0], cell.k_pools[0])
-        if args.ab_level0 and result["level0_kernel"]:
-            # The same cascade with level 0 on the partial kernel, timed right after.
-            fused_kernels.level0_kernel = False
-            checks["cascade_partial_level0_vs_flat"] = relative_error(cell.cascade(0), flat)
-            if checks["cascade_partial_level0_vs_flat"] > args.tolerance:
-                raise SystemExit(f"level 0 on the partial kernel disagrees at shared={shared} batch={batch}")
-            for key, value in measure(cell.cascade, args.reps).items():
-                result[f"cascade_partial_level0_{key}"] = value
-            fused_kernels.level0_kernel = None
-        default_stages = fused_kernels.level0_stages
-        for stages in args.level0_stages if result["level0_kernel"] else ():
-            # The level-0 kernel with other staging depths, timed right after.
-            fused_kernels.level0_stages = stages
-            error = checks[f"cascade_level0_stages{stages}_vs_flat"] = relative_error(cell.cascade(0), flat)
-            if error > args.tolerance:
-                raise SystemExit(f"level 0 with {stages} stages disagrees at shared={shared} batch={batch}")
-            for key, value in measure(cell.cascade, args.reps).items():
-                result[f"cascade_level0_stages{stages}_{key}"] = value
-            fused_kernels.level0_stages = default_stages
         fused_kernels.cascade_break_even_bytes = CASCADE_BREAK_EVEN_BYTES
     return result
 
@@ -349,18 +325,6 @@ def table(results: list[dict]) -> str:
             f"| {r['cascade_floor_s'] * 1e3:.4f} | {r['flat_host_s'] * 1e3:.3f}, {r['cascade_host_s'] * 1e3:.3f} "
             f"| {r['sdpa_pipelined_s'] * 1e3:.3f}, {r['flat_pipelined_s'] * 1e3:.3f}, "
             f"{r['cascade_pipelined_s'] * 1e3:.3f} |")
-    for r in results:
-        stages = {m.group(1): r[k] for k in r if (m := re.fullmatch(r"cascade_level0_stages(\d+)_s", k))}
-        if stages:
-            lines.append(f"level-0 staging at {r['shared']} x {r['batch']}: default {r['cascade_s'] * 1e3:.3f} ms, "
-                         + ", ".join(f"{n} stages {t * 1e3:.3f} ms" for n, t in stages.items()))
-    ab = [r for r in results if "cascade_partial_level0_s" in r]
-    if ab:
-        lines += ["", "| S | B | cascade ms, level-0 kernel | cascade ms, level 0 on the partial kernel | ratio |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r['shared']} | {r['batch']} | {r['cascade_s'] * 1e3:.3f} "
-                  f"| {r['cascade_partial_level0_s'] * 1e3:.3f} | {r['cascade_s'] / r['cascade_partial_level0_s']:.2f} |"
-                  for r in ab]
     return "\n".join(lines)
 
 
@@ -383,10 +347,6 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="also time level 0 against tile width and head-splitting warps")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
-    parser.add_argument("--level0-stages", type=int_list, default=[],
-                        help="also time the level-0 kernel with these staging depths")
-    parser.add_argument("--ab-level0", action="store_true",
-                        help="also time the cascade with level 0 on the partial kernel where a level-0 kernel runs")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
     args = parser.parse_args()

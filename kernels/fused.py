@@ -79,12 +79,6 @@ class Platform:
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
-    # A kernel of cascade level 0's own, for devices that have one (CUDA:
-    # warpgroup MMA on sm_90), and whether it takes these (q, k_pool) on this
-    # device; without one, level 0 runs the partial kernel with stacked heads.
-    level0_source: str | None = None
-    level0_header: str = ""
-    level0_runs: Callable[[mx.array, mx.array], bool] = lambda q, k_pool: False
 
     def staging_bytes(self, head_dim: int) -> int:
         """Shared memory of one partial block: the K and V chunks of every
@@ -94,11 +88,6 @@ class Platform:
         stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
         states = self.warps * HEADS_PER_WARP * (head_dim + 2) * 4
         return max(stages, states)
-
-    def level0_staging_bytes(self, head_dim: int, stages: int) -> int:
-        """The level-0 kernel's shared memory: K and V chunks of every stage,
-        unpadded (its core-matrix layout has no bank conflicts to pad away)."""
-        return stages * 2 * self.chunk_tokens * head_dim * 2
 
 
 def scale_bits(scale: float) -> int:
@@ -133,54 +122,42 @@ class FusedKernels:
     # extra launch per output. MLXCEL_POISON_OUTPUTS=nan sets it for a whole run.
     poison: float | None = field(default_factory=poison_from_env)
     cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
-    # Cascade level 0 on the platform's own level-0 kernel wherever it runs
-    # (None), or always on the partial kernel (False: benchmarks' A/B).
-    level0_kernel: bool | None = None
-    level0_stages: int = 2          # the level-0 kernel's staging buffers
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int) -> Callable:
-        key = (kind, head_dim, self.level0_stages if kind == "level0" else 0)
+        key = (kind, head_dim)
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
             source, inputs, outputs = {
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
-                "level0": (p.level0_source, PARTIAL_INPUTS, STATE_OUTPUTS),
                 "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
                 "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
             }[kind]
-            header = p.header + (p.level0_header if kind == "level0" else "")
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
-            digest = hashlib.sha1((header + source).encode()).hexdigest()[:12]
-            shared = (p.staging_bytes(head_dim) if kind == "partial" else
-                      p.level0_staging_bytes(head_dim, self.level0_stages) if kind == "level0" else 0)
-            kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, header, shared)
+            digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
+            shared = p.staging_bytes(head_dim) if kind == "partial" else 0
+            kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, p.header, shared)
             self._kernels[key] = kernel
         return kernel
 
     def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
                       geometry: mx.array, layout: HeadLayout, scale: float,
-                      members: mx.array | None = None, level0_kernel: bool = False) -> tuple[mx.array, mx.array]:
+                      members: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """One launch: the states of every tile, o [S, Hkv * heads, D] float32,
         lse [S, Hkv * heads] log2. With ``members`` (cascade level 0) the
         kernel stacks those rows' heads itself, kv-head-major, reading q
-        [R, Hq, D] in place; ``level0_kernel`` runs the platform's level-0
-        kernel on them (its blocks hold the platform's warps, 16 heads each)."""
+        [R, Hq, D] in place."""
         tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
         p = self.platform
-        # The page size is a template constant: page lookups become shifts.
-        template = [("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
-                    ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))]
-        if level0_kernel:
-            template += [("STAGES", self.level0_stages)]
-        else:
-            template += [("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps)]
-        return self._kernel("level0" if level0_kernel else "partial", d)(
+        return self._kernel("partial", d)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
                     self._no_members if members is None else members],
-            template=template,
+            # The page size is a template constant: page lookups become shifts.
+            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
+                      ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps),
+                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
             threadgroup=(p.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
@@ -252,20 +229,13 @@ class FusedKernels:
         return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
                 f"break-even of {self.cascade_break_even_bytes / 2**20:.0f} MiB")
 
-    def runs_level0_kernel(self, q: mx.array, k_pool: mx.array) -> bool:
-        """Whether cascade level 0 runs the platform's own level-0 kernel."""
-        return (self.platform.level0_source is not None and self.level0_kernel is not False
-                and self.platform.level0_runs(q, k_pool))
-
     def cascade_levels(self, q_heads: int, kv_heads: int, members: int, shared: PagedCsrView,
                        private: PagedCsrView, level0_pages: int | None = None,
-                       level0_warps_m: int | None = None,
-                       level0_kernel: bool = False) -> tuple[tuple[HeadLayout, TilePlan], ...]:
+                       level0_warps_m: int | None = None) -> tuple[tuple[HeadLayout, TilePlan], ...]:
         """(head layout, tiles) of level 0 (every member's heads stacked) and of
         level 1, as cascade_decode launches them."""
         group = q_heads // kv_heads
-        stacked = head_layout(members * group, self.platform.warps,
-                              None if level0_kernel else level0_warps_m or LEVEL0_MAX_WARPS_M)
+        stacked = head_layout(members * group, self.platform.warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
         flat = head_layout(group, self.platform.warps)
         return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, LEVEL0_TARGET_BLOCKS)),
                 (flat, fused_tiles(private, None, flat, kv_heads)))
@@ -292,11 +262,9 @@ class FusedKernels:
             device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
         member_list, member_of_row = device
 
-        dedicated = self.runs_level0_kernel(q, k_pool)
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
-                                                              level0_pages, level0_warps_m, dedicated)
-        o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list,
-                                      dedicated)
+                                                              level0_pages, level0_warps_m)
+        o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
         o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32
         return self._kernel("cascade_merge", d)(

@@ -144,20 +144,27 @@ def test_merge_matches_reference(rng, record_property, head_dim):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-5, rtol=0)
 
 
-def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4, head_dim=128):
+def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4):
     ids = iter(fresh_blocks(rng, shared_pages + 4 * members + 8))
     shared = [next(ids) for _ in range(shared_pages)]
     tables = [shared + [next(ids) for _ in range(1 + m % 3)] for m in range(members)]
     tables.append([next(ids) for _ in range(5)])                   # a row outside the subgroup
     tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
-    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=head_dim,
+    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=128,
                      dtype=dtype, q_dtype=dtype, num_blocks=shared_pages + 4 * members + 8)
 
 
-def check_cascade_decode(record_property, case, dtype, level0_kernel: bool):
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("members", [2, 8, 64])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, group):
+    # Level 0 reads the members' queries through the member list (up to 512
+    # stacked heads per KV head: eight head groups), level 1 the private
+    # pages, one kernel folds both into the output dtype.
+    case = shared_prefix_case(rng, dtype, members=members, group=group)
     plan = plan_cascade(case.csr, ON)
+    assert len(plan.members) == members
     layout = attention.cascade_layout(case.csr, plan)
-    assert cuda.KERNELS.runs_level0_kernel(case.q, case.k_pool) == level0_kernel
     o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, layout.private_view(case.csr),
                             plan.members, scale=case.scale)
     assert o.dtype == dtype and o.shape == case.q.shape
@@ -166,39 +173,6 @@ def check_cascade_decode(record_property, case, dtype, level0_kernel: bool):
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
     record_property("relative_error_o", error)
     assert error <= REL_TOL[dtype]
-
-
-@pytest.fixture(params=["partial kernel", "level-0 kernel"])
-def level0_kernel(request, monkeypatch) -> bool:
-    """Cascade level 0 on the partial kernel, and on the warpgroup (wgmma)
-    kernel where the device has one (compute capability 9.0)."""
-    dedicated = request.param == "level-0 kernel"
-    if dedicated and not cuda.hopper():
-        pytest.skip("the warpgroup level-0 kernel needs compute capability 9.0 (wgmma)")
-    monkeypatch.setattr(cuda.KERNELS, "level0_kernel", None if dedicated else False)
-    return dedicated
-
-
-@pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("members", [2, 8, 64])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_cascade_decode_in_three_launches(rng, record_property, level0_kernel, dtype, members, group):
-    # Level 0 reads the members' queries through the member list (up to 512
-    # stacked heads per KV head: eight head groups), level 1 the private
-    # pages, one kernel folds both into the output dtype.
-    case = shared_prefix_case(rng, dtype, members=members, group=group)
-    assert len(plan_cascade(case.csr, ON).members) == members
-    check_cascade_decode(record_property, case, dtype, level0_kernel)
-
-
-@pytest.mark.parametrize("block_size", [16, 32])
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_cascade_level0_head_dims_and_page_sizes(rng, record_property, level0_kernel, dtype, head_dim, block_size):
-    # 40 members x 4 heads: a full 64-head block and a part-filled one; 37
-    # shared pages: chunks that straddle pages (16) and a short last chunk.
-    case = shared_prefix_case(rng, dtype, members=40, shared_pages=37, block_size=block_size, head_dim=head_dim)
-    check_cascade_decode(record_property, case, dtype, level0_kernel)
 
 
 def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):

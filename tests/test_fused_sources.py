@@ -73,38 +73,6 @@ def test_four_head_splitting_warps_leave_room_for_a_level1_block(tmp_path):
     assert 2 * block_registers(level0) + block_registers(level1) <= 65536
 
 
-def level0_unit(pool: str, head_dim: int, block_size: int, stages: int = 2) -> str:
-    p = cuda.KERNELS.platform
-    return translation_unit(
-        "level0", cuda.HEADER + cuda.WARPGROUP_HEADER, cuda.LEVEL0_SOURCE,
-        [("q", "bfloat16"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
-         ("tiles", "int32"), ("members", "int32")],
-        [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", "bfloat16"), ("D", head_dim), ("BLOCK", block_size), ("CHUNK", p.chunk_tokens),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("STAGES", stages)])
-
-
-@needs_nvcc
-@pytest.mark.parametrize("pool, head_dim, block_size", [
-    ("bfloat16", 128, 32), ("float16", 128, 16), ("bfloat16", 64, 16), ("float16", 32, 32),
-])
-def test_level0_kernel_compiles_for_hopper_with_three_blocks_per_sm(tmp_path, pool, head_dim, block_size):
-    # wgmma exists on sm_90a only (what MLX compiles for on compute capability
-    # 9.0). ptxas serializes wgmma, with a warning, when it cannot prove the
-    # accumulators untouched while in flight: none may appear.
-    report = compile_unit(level0_unit(pool, head_dim, block_size), tmp_path, arch="sm_90a")
-    registers, spills = resources(report)
-    assert spills == 0 and "warning" not in report.lower()
-    assert 3 * block_registers(registers) <= 65536
-    assert 3 * cuda.KERNELS.platform.level0_staging_bytes(head_dim, cuda.KERNELS.level0_stages) <= 227 * 1024
-
-
-@needs_nvcc
-def test_level0_kernel_compiles_with_three_stages(tmp_path):
-    registers, spills = resources(compile_unit(level0_unit("bfloat16", 128, 32, stages=3), tmp_path, arch="sm_90a"))
-    assert spills == 0 and 2 * block_registers(registers) <= 65536
-
-
 @needs_nvcc
 def test_merge_kernel_compiles(tmp_path):
     unit = translation_unit("merge", cuda.HEADER, cuda.MERGE_SOURCE,
