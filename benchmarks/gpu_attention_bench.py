@@ -206,9 +206,11 @@ class Cell:
         layout = cascade_layout(self.csr, plan)
         return plan, layout, layout.private_view(self.csr)
 
-    def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None):
-        """The fused backend's cascade step with level 0's tile width and
-        head-splitting warps fixed (sweeps; None: the heuristics)."""
+    def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None,
+                      level0_warps: int | None = None):
+        """The fused backend's cascade step with level 0's tile width,
+        head-splitting warps and block warps fixed (sweeps; None: the
+        heuristics)."""
         plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
 
@@ -216,7 +218,7 @@ class Cell:
             s = i % self.sets
             return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
                                           private, plan.members, scale=self.scale, level0_pages=level0_pages,
-                                          level0_warps_m=level0_warps_m)
+                                          level0_warps_m=level0_warps_m, level0_warps=level0_warps)
         return call
 
     def fused_levels(self) -> dict:
@@ -276,25 +278,25 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
 
 
 def sweep_level0(args) -> list[dict]:
-    """The fused cascade step against level 0's tile width and head-splitting
-    warps (None: the heuristic's choice) at the large cells: checks both
-    heuristics. Every variant's output is checked against the flat launch
-    before it is timed."""
+    """The fused cascade step against level 0's block warps, head-splitting
+    warps and tile width (None: the heuristic's choice) at the large cells:
+    checks the heuristics. Every variant's output is checked against the flat
+    launch before it is timed."""
     if not hasattr(backend(), "KERNELS"):
         return []
     results = []
-    for shared, batch in ((8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)):
+    for shared, batch in args.sweep_cells:
         cell = Cell(shared, args.tail, batch)
         flat = cell.flat(0)
-        for warps_m in (None, 1, 2, 4):
-            for pages in (None, 8, 16, 32, 64):
-                call = cell.fused_cascade(pages, warps_m)
+        for warps, warps_m in ((None, None), (4, 4), (8, 2), (8, 4), (8, 8)):
+            for pages in (None, 16, 32, 64):
+                call = cell.fused_cascade(pages, warps_m, warps)
                 error = relative_error(call(0), flat)
                 if error > args.tolerance:
-                    raise SystemExit(f"level-0 variant pages={pages} warps_m={warps_m} at {shared} x {batch} "
-                                     f"disagrees with flat: {error:.2e}")
-                results.append({"shared": shared, "batch": batch, "level0_pages": pages, "level0_warps_m": warps_m,
-                                "vs_flat": error, **measure(call, args.reps)})
+                    raise SystemExit(f"level-0 variant warps={warps} warps_m={warps_m} pages={pages} at "
+                                     f"{shared} x {batch} disagrees with flat: {error:.2e}")
+                results.append({"shared": shared, "batch": batch, "level0_warps": warps, "level0_pages": pages,
+                                "level0_warps_m": warps_m, "vs_flat": error, **measure(call, args.reps)})
                 print(json.dumps(results[-1]), flush=True)
     return results
 
@@ -329,8 +331,10 @@ def table(results: list[dict]) -> str:
 
 
 def sweep_table(rows: list[dict]) -> str:
-    lines = ["| S | B | level-0 warps_m cap | level-0 pages | cascade ms | IQR ms | vs flat |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shared']} | {r['batch']} | {r['level0_warps_m']} | {r['level0_pages']} | {r['s'] * 1e3:.3f} "
+    lines = ["| S | B | level-0 warps | level-0 warps_m cap | level-0 pages | cascade ms | IQR ms | vs flat |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shared']} | {r['batch']} | {r.get('level0_warps')} | {r['level0_warps_m']} | {r['level0_pages']} "
+              f"| {r['s'] * 1e3:.3f} "
               f"| {r['iqr_s'] * 1e3:.3f} | {r['vs_flat']:.1e} |" for r in rows]
     return "\n".join(lines)
 
@@ -346,6 +350,9 @@ def main() -> None:
     parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
     parser.add_argument("--sweep", action="store_true",
                         help="also time level 0 against tile width and head-splitting warps")
+    parser.add_argument("--sweep-cells", type=lambda text: [tuple(int(n) for n in cell.split("x")) for cell in text.split(",")],
+                        default=[(8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)],
+                        help="the sweep's cells, SHAREDxBATCH,...")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")

@@ -77,16 +77,17 @@ class Platform:
     cascade_merge_source: str
     make_kernel: KernelFactory
     warps: int            # warps (simdgroups) of 32 lanes per partial block
+    level0_warps: int     # the same for cascade level 0's launch
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
-    def staging_bytes(self, head_dim: int) -> int:
-        """Shared memory of one partial block: the K and V chunks of every
-        stage (rows padded by 8 elements so matrix loads hit distinct banks),
-        reused after the loop for the warps' states (float32 accumulators,
-        max, sum)."""
+    def staging_bytes(self, head_dim: int, warps: int) -> int:
+        """Shared memory of one partial block of ``warps`` warps: the K and V
+        chunks of every stage (rows padded by 8 elements so matrix loads hit
+        distinct banks), reused after the loop for the warps' states (float32
+        accumulators, max, sum)."""
         stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
-        states = self.warps * HEADS_PER_WARP * (head_dim + 2) * 4
+        states = warps * HEADS_PER_WARP * (head_dim + 2) * 4
         return max(stages, states)
 
 
@@ -124,8 +125,8 @@ class FusedKernels:
     cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
     _kernels: dict = field(default_factory=dict)
 
-    def _kernel(self, kind: str, head_dim: int) -> Callable:
-        key = (kind, head_dim)
+    def _kernel(self, kind: str, head_dim: int, warps: int = 0) -> Callable:
+        key = (kind, head_dim, warps)
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
@@ -137,7 +138,7 @@ class FusedKernels:
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = p.staging_bytes(head_dim) if kind == "partial" else 0
+            shared = p.staging_bytes(head_dim, warps) if kind == "partial" else 0
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, p.header, shared)
             self._kernels[key] = kernel
         return kernel
@@ -151,15 +152,15 @@ class FusedKernels:
         [R, Hq, D] in place."""
         tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
         p = self.platform
-        return self._kernel("partial", d)(
+        return self._kernel("partial", d, layout.warps)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
                     self._no_members if members is None else members],
             # The page size is a template constant: page lookups become shifts.
             template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
-                      ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", p.warps),
+                      ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", layout.warps),
                       ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
-            grid=(tiles * layout.groups * p.warps * 32, hkv, 1),
-            threadgroup=(p.warps * 32, 1, 1),
+            grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
+            threadgroup=(layout.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
             output_dtypes=[mx.float32, mx.float32],
             init_value=self.poison,
@@ -231,25 +232,29 @@ class FusedKernels:
 
     def cascade_levels(self, q_heads: int, kv_heads: int, members: int, shared: PagedCsrView,
                        private: PagedCsrView, level0_pages: int | None = None,
-                       level0_warps_m: int | None = None) -> tuple[tuple[HeadLayout, TilePlan], ...]:
+                       level0_warps_m: int | None = None,
+                       level0_warps: int | None = None) -> tuple[tuple[HeadLayout, TilePlan], ...]:
         """(head layout, tiles) of level 0 (every member's heads stacked) and of
         level 1, as cascade_decode launches them."""
         group = q_heads // kv_heads
-        stacked = head_layout(members * group, self.platform.warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
+        warps = level0_warps or self.platform.level0_warps
+        stacked = head_layout(members * group, warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
         flat = head_layout(group, self.platform.warps)
-        return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, LEVEL0_TARGET_BLOCKS)),
+        target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
+        return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, target)),
                 (flat, fused_tiles(private, None, flat, kv_heads)))
 
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
                        private: PagedCsrView, members, *, scale: float,
-                       level0_pages: int | None = None, level0_warps_m: int | None = None) -> mx.array:
+                       level0_pages: int | None = None, level0_warps_m: int | None = None,
+                       level0_warps: int | None = None) -> mx.array:
         """One cascade decode step in three launches: o [R, Hq, D] in q's dtype.
 
         ``shared`` is level 0 (one row over the span every member shares, all
         pages full), ``private`` level 1 (every row's range minus the members'
         span), ``members`` the member rows (host ints). ``level0_pages`` fixes
-        level 0's tile width and ``level0_warps_m`` caps its head-splitting
-        warps (benchmark sweeps)."""
+        level 0's tile width, ``level0_warps_m`` caps its head-splitting
+        warps and ``level0_warps`` sets its block's warps (benchmark sweeps)."""
         rows, hq, d = q.shape
         hkv = k_pool.shape[2]
         group = hq // hkv
@@ -263,7 +268,7 @@ class FusedKernels:
         member_list, member_of_row = device
 
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
-                                                              level0_pages, level0_warps_m)
+                                                              level0_pages, level0_warps_m, level0_warps)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
         o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32

@@ -12,8 +12,9 @@ differs, and why:
   bits 0 and 3 (shuffles xor 1 and 8, where CUDA's differ in bits 0 and 1);
 - staging: plain 16-byte loads into threadgroup memory (Metal has no
   cp.async), one stage;
-- merges: one plain loop over the states (CUDA's fold_states issues a batch
-  of states' loads before using any, through lambdas, which Metal lacks);
+- merges: a pass for the max lse, then one plain loop over the states (CUDA's
+  fold_states keeps a running max and issues a batch of states' loads before
+  using any, through lambdas, which Metal lacks);
 - sizes: threadgroup memory is 32 KB on Apple GPUs, so 2 simdgroups and
   32-token chunks (17 KB of staging at D=128, reused for the states).
 
@@ -352,7 +353,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
 # D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
 KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=2, chunk_tokens=32, stages=1))
+                                warps=2, level0_warps=2, chunk_tokens=32, stages=1))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -28,10 +28,12 @@ TARGET_BLOCKS = 528
 
 # Cascade level 0 (many stacked heads, one long row) wants fewer: every
 # extra tile adds its heads' partial states to write and fold. Measured on the
-# H200 (8192 shared x 32 and x 64, 32768 x 32): the best tile width gave 256
-# blocks, about two per multiprocessor, in each of the three cells; run 14's
-# sweep, with two head-splitting warps, still puts the best at 256 (8192 x 32:
-# 0.075 ms, against 0.092 at 512 blocks and 0.085 at 128).
+# H200 (8192 shared x 32 and x 64, 32768 x 32) with 4-warp blocks: the best
+# tile width gave 256 blocks, about two per multiprocessor, in each of the
+# three cells; run 14's sweep, with two head-splitting warps, still puts the
+# best at 256 (8192 x 32: 0.075 ms, against 0.092 at 512 blocks and 0.085 at
+# 128). Counted in blocks of the platform's warps: a level-0 launch with
+# bigger blocks gets proportionally fewer.
 LEVEL0_TARGET_BLOCKS = 256
 
 # Level 0's warps that split heads (the others split tokens): at most two.
@@ -69,6 +71,7 @@ class HeadLayout:
     heads: int        # query heads per KV head in this launch (G, or M * G when stacked)
     warps_m: int      # a power of two, at most the block's warps
     groups: int       # head groups per (tile, KV head)
+    warps: int        # the block's warps
 
 
 def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadLayout:
@@ -81,7 +84,7 @@ def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadL
     warps_m = 1
     while warps_m < min(m_tiles, warps, max_warps_m or warps):
         warps_m *= 2
-    return HeadLayout(heads, warps_m, -(-m_tiles // warps_m))
+    return HeadLayout(heads, warps_m, -(-m_tiles // warps_m), warps)
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,16 @@ def test_metal_twin_has_the_cuda_sections_in_order():
 
 
 def test_staging_fits_each_platform():
-    assert cuda.KERNELS.platform.staging_bytes(128) <= 227 * 1024 // 3    # three blocks per H100/H200 SM
-    assert metal.KERNELS.platform.staging_bytes(128) <= 32 * 1024          # Apple's threadgroup memory
+    for platform, limit in ((cuda.KERNELS.platform, 227 * 1024 // 3),   # three blocks per H100/H200 SM
+                            (metal.KERNELS.platform, 32 * 1024)):      # Apple's threadgroup memory
+        for warps in (platform.warps, platform.level0_warps):
+            assert platform.staging_bytes(128, warps) <= limit
+
+
+def test_eight_warp_blocks_fit_their_states_in_the_staging_memory():
+    # Level-0 sweeps launch 8-warp blocks: their states reuse the same memory.
+    p = cuda.KERNELS.platform
+    assert p.staging_bytes(128, 8) == p.staging_bytes(128, 4)
 
 
 def test_cuda_is_dispatched_and_metal_only_on_request(monkeypatch, caplog):
