@@ -20,9 +20,8 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
   5. Warps that split a chunk's tokens merge their states in shared memory;
      the block writes normalized o and log2 lse per (tile, head).
 
-Merge kernel: one warp per (group, head): the exp2-weighted sum of the
-group's states against their running max lse, in one pass over batches of 16
-states, D/32 contiguous floats per lane.
+Merge kernel: one warp per (group, head): max of the group's lse, then the
+exp2-weighted sum of its states, D/32 contiguous floats per lane.
 
 Cascade merge kernel: the same fold for one cascade decode step, one warp per
 (row, head) over the row's level-1 states and, for members, every level-0
@@ -136,17 +135,15 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
 }
 
 // Folds states 0..n-1 (lse_at(i): the state's log2 sum, state_at(i): its
-// normalized row, this lane's VEC floats) into top (their running max lse),
-// total and value (sums weighted by exp2(lse - top)), in one pass: the fold
-// waits on loads (a warp per output row, few warps per SM), so a batch's
-// loads, lse and rows alike, are all issued before any is used, and no pass
-// for the max comes first. Indices past n read state n-1 again at weight 0;
-// a weightless state (lse -inf) may hold anything, so it is selected away,
-// never multiplied. Start from top = -inf, total = 0, value = 0.
+// normalized row, this lane's VEC floats) into total and value, weighted by
+// exp2(lse - top). The fold waits on loads (a warp per output row, few warps
+// per SM): a batch's loads are all issued before any is used. Indices past n
+// read state n-1 again at weight 0; a weightless state (lse -inf) may hold
+// anything, so it is selected away, never multiplied.
 template <int VEC, typename LseAt, typename StateAt>
-__device__ __forceinline__ void fold_states(int n, LseAt lse_at, StateAt state_at, float& top, float& total,
+__device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, StateAt state_at, float& total,
                                             float (&value)[VEC]) {
-  constexpr int BATCH = 16;
+  constexpr int BATCH = 8;
   const float neg_inf = -infinity();
   for (int first = 0; first < n; first += BATCH) {
     float lse[BATCH], x[BATCH][VEC];
@@ -157,15 +154,6 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, StateAt state_a
       #pragma unroll
       for (int k = 0; k < VEC; ++k) x[b][k] = state_at(i, k);
     }
-    float batch_top = top;
-    #pragma unroll
-    for (int b = 0; b < BATCH; ++b) batch_top = fmaxf(batch_top, lse[b]);
-    if (batch_top == neg_inf) continue;            // nothing weighted yet
-    const float rescale = exp2f(top - batch_top);  // 0 while top is -inf (total and value are 0 then)
-    top = batch_top;
-    total *= rescale;
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) value[k] *= rescale;
     #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
       const float weight = exp2f(lse[b] - top);
@@ -430,13 +418,20 @@ MERGE_SOURCE = r"""
   const int group = item / heads, head = item % heads;
   const int begin = indptr[group], end = indptr[group + 1];
 
-  float top = neg_inf, total = 0.f, value[VEC];
+  float top = neg_inf;
+  for (int i = begin + lane; i < end; i += 32) top = fmaxf(top, static_cast<float>(lse_in[size_t(i) * heads + head]));
+  #pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  mlxcel::fold_states(
-      end - begin, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
-      [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
-      top, total, value);
+  if (top != neg_inf) {
+    mlxcel::fold_states(
+        end - begin, top, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
+        [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
+        total, value);
+  }
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;
@@ -474,11 +469,18 @@ CASCADE_MERGE_SOURCE = r"""
     return i < private_states ? own : shared;
   };
 
-  float top = neg_inf, total = 0.f, value[VEC];
+  float top = neg_inf;
+  for (int i = lane; i < states; i += 32) top = fmaxf(top, *lse_of(i));
+  #pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+
+  float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  mlxcel::fold_states(states, [&](int i) { return *lse_of(i); },
-                      [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, top, total, value);
+  if (top != neg_inf) {
+    mlxcel::fold_states(states, top, [&](int i) { return *lse_of(i); },
+                        [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
+  }
   TO* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);

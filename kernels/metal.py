@@ -12,9 +12,8 @@ differs, and why:
   bits 0 and 3 (shuffles xor 1 and 8, where CUDA's differ in bits 0 and 1);
 - staging: plain 16-byte loads into threadgroup memory (Metal has no
   cp.async), one stage;
-- merges: a pass for the max lse, then one plain loop over the states (CUDA's
-  fold_states keeps a running max and issues a batch of states' loads before
-  using any, through lambdas, which Metal lacks);
+- merges: one plain loop over the states (CUDA's fold_states issues a batch
+  of states' loads before using any, through lambdas, which Metal lacks);
 - sizes: threadgroup memory is 32 KB on Apple GPUs, so 2 simdgroups and
   32-token chunks (17 KB of staging at D=128, reused for the states).
 
