@@ -8,9 +8,9 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
   1. Q fragments: each warp owns 16 query heads (one m16 tile; heads past the
      KV head's count are zero rows), pre-scaled into the log2 domain.
   2. Staging: 64-token chunks of K and V are copied into shared memory with
-     cp.async, double-buffered; slots outside the row's valid range (before
-     first_page_offset, past last_page_len) are zero-filled so no stale value
-     can reach the sums.
+     cp.async, double-buffered, their page-table lookups issued a chunk
+     ahead; slots outside the row's valid range (before first_page_offset,
+     past last_page_len) are zero-filled so no stale value can reach the sums.
   3. Scores S = Q K^T and O += P V on mma.sync m16n8k16 (bf16/f16 operands,
      float32 accumulators); B operands come from shared memory through
      ldmatrix (transposed for V). Every K/V element is loaded from memory once
