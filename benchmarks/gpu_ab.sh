@@ -11,6 +11,8 @@
 # tree's engine: an arm whose kernels need a different engine API fails (its
 # log says so) and the others still run. Output: OUTDIR/ARM-ROUND/ (the
 # benchmark's json and tables) and OUTDIR/ARM-ROUND.log; the tables are echoed.
+# The logs hold every cell's JSON line as well: enough when the device machine
+# returns only some of OUTDIR's files (it caps how many come back).
 set -uo pipefail
 out=${1:?usage: gpu_ab.sh OUTDIR [benchmark arguments...]}
 shift
