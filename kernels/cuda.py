@@ -497,7 +497,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, level0_warps=4, chunk_tokens=64, stages=2))
+                                warps=4, chunk_tokens=64, stages=2))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

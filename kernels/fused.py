@@ -77,7 +77,6 @@ class Platform:
     cascade_merge_source: str
     make_kernel: KernelFactory
     warps: int            # warps (simdgroups) of 32 lanes per partial block
-    level0_warps: int     # the same for cascade level 0's launch
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
@@ -237,7 +236,7 @@ class FusedKernels:
         """(head layout, tiles) of level 0 (every member's heads stacked) and of
         level 1, as cascade_decode launches them."""
         group = q_heads // kv_heads
-        warps = level0_warps or self.platform.level0_warps
+        warps = level0_warps or self.platform.warps
         stacked = head_layout(members * group, warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
         flat = head_layout(group, self.platform.warps)
         target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
