@@ -333,7 +333,7 @@ def table(results: list[dict]) -> str:
 def sweep_table(rows: list[dict]) -> str:
     lines = ["| S | B | level-0 warps | level-0 warps_m cap | level-0 pages | cascade ms | IQR ms | vs flat |",
              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shared']} | {r['batch']} | {r.get('level0_warps')} | {r['level0_warps_m']} | {r['level0_pages']} "
+    lines += [f"| {r['shared']} | {r['batch']} | {r['level0_warps']} | {r['level0_warps_m']} | {r['level0_pages']} "
               f"| {r['s'] * 1e3:.3f} "
               f"| {r['iqr_s'] * 1e3:.3f} | {r['vs_flat']:.1e} |" for r in rows]
     return "\n".join(lines)
@@ -349,7 +349,7 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error between methods")
     parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
     parser.add_argument("--sweep", action="store_true",
-                        help="also time level 0 against tile width and head-splitting warps")
+                        help="also time level 0 against block warps, head-splitting warps and tile width")
     parser.add_argument("--sweep-cells", type=lambda text: [tuple(int(n) for n in cell.split("x")) for cell in text.split(",")],
                         default=[(8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)],
                         help="the sweep's cells, SHAREDxBATCH,...")
