@@ -8,7 +8,10 @@ shared span S, private tail T per row, batch B):
 - flat: ``paged_decode_attention`` with cascade off (fused kernel over every
   row's pages in place, tile merge when a row is split);
 - cascade: the same call with cascade on (planner, level 0 with all members'
-  heads stacked, level 1, merge);
+  heads stacked, level 1, merge: one launch on CUDA);
+- cascade_three: the fused cascade step in three launches (level 0, level 1,
+  merge: what the Metal twin runs, and the CUDA step before the one-launch
+  kernel), beside it in the same run;
 - sdpa: ``mx.fast.scaled_dot_product_attention`` over the same K/V gathered
   into contiguous [B, Hkv, S+T, D] arrays (what mlx-lm runs).
 
@@ -18,8 +21,10 @@ over repeats after a warm-up:
 
 - device: n calls chained by a data dependency (call i+1's q adds 0 x one
   element of call i's output, so MLX's graph cannot overlap them), built
-  first, then one mx.eval + mx.synchronize around all n; the host's graph
-  building is excluded and reported on its own (host ms). This is the
+  first, then one mx.async_eval + mx.synchronize around all n; the host's graph
+  building is excluded and reported on its own (host ms), and so is the part
+  of the timed span MLX spends encoding the n calls into CUDA graphs (encode
+  ms: close to the device time means the host, not the GPU, sets it). This is the
   kernel-level figure. The chain's own ops (a slice, a multiply, a cast, an
   add) are timed alone as "chain" and subtracted for the net ratios.
 - pipelined: n independent calls, each issued with mx.async_eval, closed by
@@ -85,16 +90,18 @@ def chain(call, n: int) -> mx.array:
 
 def timed(call, n: int, reps: int) -> dict:
     """Per-call seconds, medians over ``reps`` repeats of ``n`` calls (and IQRs)."""
-    device, host, pipelined = [], [], []
+    device, host, encode, pipelined = [], [], [], []
     for _ in range(reps):
         mx.synchronize()
         start = time.perf_counter()
         out = chain(call, n)
         built = time.perf_counter()
-        mx.eval(out)
+        mx.async_eval(out)
+        encoded = time.perf_counter()
         mx.synchronize()
         done = time.perf_counter()
         host.append((built - start) / n)
+        encode.append((encoded - built) / n)
         device.append((done - built) / n)
     for _ in range(reps):
         mx.synchronize()
@@ -108,8 +115,8 @@ def timed(call, n: int, reps: int) -> dict:
         q1, _, q3 = statistics.quantiles(xs, n=4)
         return statistics.median(xs), q3 - q1
 
-    (d, d_iqr), (h, _), (p, p_iqr) = stats(device), stats(host), stats(pipelined)
-    return {"s": d, "iqr_s": d_iqr, "host_s": h, "pipelined_s": p, "pipelined_iqr_s": p_iqr}
+    (d, d_iqr), (h, _), (e, _), (p, p_iqr) = stats(device), stats(host), stats(encode), stats(pipelined)
+    return {"s": d, "iqr_s": d_iqr, "host_s": h, "encode_s": e, "pipelined_s": p, "pipelined_iqr_s": p_iqr}
 
 
 def measure(call, reps: int, budget: float = 0.03) -> dict:
@@ -207,18 +214,22 @@ class Cell:
         return plan, layout, layout.private_view(self.csr)
 
     def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None,
-                      level0_warps: int | None = None):
+                      level0_warps: int | None = None, launches: int = 1):
         """The fused backend's cascade step with level 0's tile width,
         head-splitting warps and block warps fixed (sweeps; None: the
-        heuristics)."""
+        heuristics), in one launch where the platform has it or in three."""
         plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
-            return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
-                                          private, plan.members, scale=self.scale, level0_pages=level0_pages,
-                                          level0_warps_m=level0_warps_m, level0_warps=level0_warps)
+            default, kernels.single_launch = kernels.single_launch, launches == 1
+            try:        # read while the graph is built: the engine's calls keep the default
+                return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
+                                              private, plan.members, scale=self.scale, level0_pages=level0_pages,
+                                              level0_warps_m=level0_warps_m, level0_warps=level0_warps)
+            finally:
+                kernels.single_launch = default
         return call
 
     def fused_levels(self) -> dict:
@@ -258,6 +269,11 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
     flat, cascaded, reference = cell.flat(0), cell.cascade(0), sdpa(0)
     checks = {"flat_vs_sdpa": relative_error(flat, reference), "cascade_vs_sdpa": relative_error(cascaded, reference),
               "cascade_vs_flat": relative_error(cascaded, flat)}
+    arms = [("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)]
+    if getattr(fused_kernels, "platform", None) and fused_kernels.platform.cascade_step_source:
+        three = cell.fused_cascade(None, launches=3)
+        checks["cascade_three_vs_cascade"] = relative_error(three(0), cascaded)
+        arms.append(("cascade_three", three))
     if shared * batch <= args.reference_limit:
         ref = reference_decode(cell.queries[0], cell.k_pools[0], cell.v_pools[0], cell.host, cell.scale)
         checks.update(flat_vs_float64=relative_error(flat, ref), cascade_vs_float64=relative_error(cascaded, ref),
@@ -269,7 +285,7 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
               "plan": {"members": len(plan.members), "shared_pages": plan.shared_pages, "chosen": chosen},
               "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
               "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
-    for name, call in (("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)):
+    for name, call in arms:
         for key, value in measure(call, args.reps).items():
             result[f"{name}_{key}"] = value
     if fused_kernels is not None:
@@ -308,23 +324,27 @@ def breakdown(args) -> dict:
         return {}
     cell = Cell(8192, args.tail, 32)
     calls = {"chain": cell.chain_only, **cell.fused_levels(), "cascade_decode": cell.fused_cascade(None),
+             "cascade_decode_three_launches": cell.fused_cascade(None, launches=3),
              "paged_decode_attention": cell.cascade}
     return {name: measure(call, args.reps) for name, call in calls.items()}
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| S | B | SDPA ms | flat ms | cascade ms | chain ms | flat/SDPA | SDPA/cascade (net) | cascade/flat (net) "
-             "| engine cascades "
-             "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | pipelined ms SDPA, flat, cascade |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| S | B | SDPA ms | flat ms | cascade ms | 3-launch cascade ms | chain ms | flat/SDPA "
+             "| SDPA/cascade (net) | cascade/flat (net) | engine cascades "
+             "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | encode ms SDPA, cascade "
+             "| pipelined ms SDPA, flat, cascade |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sdpa, flat, cascade, chain = r["sdpa_s"], r["flat_s"], r["cascade_s"], r["chain_s"]
+        three = f"{r['cascade_three_s'] * 1e3:.3f}" if "cascade_three_s" in r else "-"
         lines.append(
-            f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} "
+            f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} | {three} "
             f"| {chain * 1e3:.3f} | {flat / sdpa:.2f} | {sdpa / cascade:.1f} ({(sdpa - chain) / (cascade - chain):.1f}) "
             f"| {cascade / flat:.2f} ({(cascade - chain) / (flat - chain):.2f}) | {'yes' if r['plan']['chosen'] else 'no'} "
             f"| {r['flat_bytes'] / flat / 1e12:.2f} | {r['cascade_bytes'] / cascade / 1e12:.2f} "
             f"| {r['cascade_floor_s'] * 1e3:.4f} | {r['flat_host_s'] * 1e3:.3f}, {r['cascade_host_s'] * 1e3:.3f} "
+            f"| {r['sdpa_encode_s'] * 1e3:.3f}, {r['cascade_encode_s'] * 1e3:.3f} "
             f"| {r['sdpa_pipelined_s'] * 1e3:.3f}, {r['flat_pipelined_s'] * 1e3:.3f}, "
             f"{r['cascade_pipelined_s'] * 1e3:.3f} |")
     return "\n".join(lines)

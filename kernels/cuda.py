@@ -167,7 +167,24 @@ __device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, Stat
 }  // namespace mlxcel
 """
 
-PARTIAL_SOURCE = r"""
+PARTIAL_TILE = r"""
+namespace mlxcel {
+
+// Head groups of one (tile, KV head): blocks of WM 16-head matrix tiles.
+template <int WM>
+__device__ __forceinline__ int head_groups(int heads) {
+  return ((heads + 15) / 16 + WM - 1) / WM;
+}
+
+// One block of the partial kernel: the states of the query heads of
+// ``kv_head`` in head group ``group`` over page tile ``tile``. The partial
+// kernel runs one per block; the cascade step kernel runs level 0's and
+// level 1's as two roles of one grid.
+template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int SCALE_BITS>
+__device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const T* v_pool, const int* indices,
+                                             const int* last_page_len, const int* tiles, const int* members,
+                                             float* out, float* out_lse, int q_heads, int kv_heads, int member_count,
+                                             int tile, int group, int kv_head) {
   // ---- constants and coordinates ----
   constexpr int THREADS = WARPS * 32;
   constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
@@ -180,19 +197,13 @@ PARTIAL_SOURCE = r"""
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
   const float scale = __int_as_float(SCALE_BITS);
-  const float neg_inf = -mlxcel::infinity();
+  const float neg_inf = -infinity();
 
-  const int kv_heads = k_pool_shape[2];
-  const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
   // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
   // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
-  const int heads = STACKED ? members_shape[0] * group_size : group_size;
+  const int heads = STACKED ? member_count * group_size : group_size;
   const int out_heads = kv_heads * heads;
-  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
-  const int tile = blockIdx.x / groups;
-  const int group = blockIdx.x % groups;
-  const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp % WM, warp_t = warp / WM;
   const int g = lane / 4, tig = lane % 4;
@@ -220,8 +231,8 @@ PARTIAL_SOURCE = r"""
       const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
       const int q_row = STACKED ? members[real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
-      const float2 x = mlxcel::load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
-      qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
+      const float2 x = load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
+      qf[kk][r] = head < heads ? Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
     }
   }
 
@@ -256,10 +267,10 @@ PARTIAL_SOURCE = r"""
       const bool valid = slot >= first_slot && slot < end_slot;
       const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
       const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
-      mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
-      mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
+      copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
+      copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
     }
-    mlxcel::copy_commit();
+    copy_commit();
   };
 
   float acc[DT][4];
@@ -279,9 +290,9 @@ PARTIAL_SOURCE = r"""
     if (chunk + 1 < chunk_end) {
       stage(chunk + 1, buffer ^ 1, page_base);
       lookup(chunk + 2, page_base);
-      mlxcel::copy_wait<1>();
+      copy_wait<1>();
     } else {
-      mlxcel::copy_wait<0>();
+      copy_wait<0>();
     }
     __syncthreads();
     if (active) {
@@ -299,9 +310,9 @@ PARTIAL_SOURCE = r"""
           #pragma unroll
           for (int kk = 0; kk < DK; kk += 2) {
             uint32_t b[4];
-            mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
-            mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
-            mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+            load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
+            Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+            Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
           }
         }
 
@@ -320,9 +331,9 @@ PARTIAL_SOURCE = r"""
         float base[2], alpha[2];
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
+          const float top = fmaxf(row_max[r], lane_max(lane_max(step_max[r], 1), 2));
           base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
-          alpha[r] = mlxcel::fast_exp2(row_max[r] - base[r]);
+          alpha[r] = fast_exp2(row_max[r] - base[r]);
           row_max[r] = top;
           row_sum[r] *= alpha[r];
         }
@@ -335,7 +346,7 @@ PARTIAL_SOURCE = r"""
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base[c >> 1]);
+            s[nt][c] = fast_exp2(s[nt][c] - base[c >> 1]);
             row_sum[c >> 1] += s[nt][c];
           }
         }
@@ -344,16 +355,16 @@ PARTIAL_SOURCE = r"""
         #pragma unroll
         for (int kt = 0; kt < NT / 2; ++kt) {
           const uint32_t a[4] = {
-              mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
-              mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-              mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+              Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
+              Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+              Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
           #pragma unroll
           for (int dt = 0; dt < DT; dt += 2) {
             uint32_t b[4];
-            mlxcel::load_matrices_transposed(
+            load_matrices_transposed(
                 b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
-            mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
-            mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+            Mma<T>::run(acc[dt], a, b[0], b[1]);
+            Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
           }
         }
       }
@@ -367,7 +378,7 @@ PARTIAL_SOURCE = r"""
   float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
   if (active) {
     #pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
+    for (int r = 0; r < 2; ++r) row_sum[r] = lane_sum(lane_sum(row_sum[r], 1), 2);
     if (tig == 0) {
       warp_max[warp * 16 + g] = row_max[0];
       warp_max[warp * 16 + g + 8] = row_max[1];
@@ -405,6 +416,17 @@ PARTIAL_SOURCE = r"""
     out[out_row * D + d] = total > 0.f ? value / total : 0.f;
     if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : neg_inf;
   }
+}
+
+}  // namespace mlxcel
+"""
+
+PARTIAL_SOURCE = r"""
+  const int kv_heads = k_pool_shape[2], q_heads = q_shape[1];
+  const int groups = mlxcel::head_groups<WM>((STACKED ? members_shape[0] : 1) * (q_heads / kv_heads));
+  mlxcel::partial_tile<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(
+      q, k_pool, v_pool, indices, last_page_len, tiles, members, out, out_lse, q_heads, kv_heads, members_shape[0],
+      blockIdx.x / groups, blockIdx.x % groups, blockIdx.y);
 """
 
 MERGE_SOURCE = r"""
@@ -439,18 +461,20 @@ MERGE_SOURCE = r"""
 """
 
 
-CASCADE_MERGE_SOURCE = r"""
+CASCADE_FOLD = r"""
+namespace mlxcel {
+
+// One (row, head) of a cascade decode step, by one warp: the row's level-1
+// states and, for a member, every level-0 tile's state at the member's
+// stacked head, folded straight into the output dtype.
+template <typename TO, int D, int G>
+__device__ __forceinline__ void fold_cascade(const float* o1, const float* lse1, const int* indptr1, const float* o0,
+                                             const float* lse0, const int* member_of_row, int q_heads, int stacked,
+                                             int tiles0, int row, int head, TO* out) {
   constexpr int VEC = D / 32;                       // contiguous floats per lane
-  const float neg_inf = -mlxcel::infinity();
-  const int rows = indptr1_shape[0] - 1;
-  const int q_heads = o1_shape[1];
-  const int stacked = o0_shape[1];                  // Hkv * M * G
-  const int members = stacked / q_heads;
-  const int tiles0 = o0_shape[0];
-  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const float neg_inf = -infinity();
   const int lane = threadIdx.x % 32;
-  if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
-  const int row = item / q_heads, head = item % q_heads;
+  const int members = stacked / q_heads;            // stacked = Hkv * M * G
   const int member = member_of_row[row];
   const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
   const int states = private_states + (member >= 0 ? tiles0 : 0);
@@ -472,18 +496,95 @@ CASCADE_MERGE_SOURCE = r"""
   float top = neg_inf;
   for (int i = lane; i < states; i += 32) top = fmaxf(top, *lse_of(i));
   #pragma unroll
-  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
+  for (int mask = 16; mask > 0; mask /= 2) top = lane_max(top, mask);
 
   float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   if (top != neg_inf) {
-    mlxcel::fold_states(states, top, [&](int i) { return *lse_of(i); },
-                        [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
+    fold_states(states, top, [&](int i) { return *lse_of(i); },
+                [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
   }
-  TO* dst = out + item * D + lane * VEC;
+  TO* dst = out + (size_t(row) * q_heads + head) * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
+}
+
+// Spins until *counter >= target; the acquire load orders this thread's
+// later reads after the writes the counting blocks fenced before counting.
+__device__ __forceinline__ void wait_count(const int* counter, int target) {
+  while (true) {
+    int seen;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= target) return;
+    __nanosleep(200);
+  }
+}
+
+}  // namespace mlxcel
+"""
+
+CASCADE_MERGE_SOURCE = r"""
+  const int rows = indptr1_shape[0] - 1, q_heads = o1_shape[1];
+  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
+  mlxcel::fold_cascade<TO, D, G>(o1, lse1, indptr1, o0, lse0, member_of_row, q_heads, o0_shape[1], o0_shape[0],
+                                 item / q_heads, item % q_heads, out);
+"""
+
+CASCADE_STEP_SOURCE = r"""
+  // Roles by ticket, in the order blocks start: level-0 blocks, level-1
+  // blocks, then fold blocks (a warp per (row, head)). A fold waits only on
+  // blocks that took smaller tickets, so already run: it cannot deadlock,
+  // whatever order the hardware starts blocks in.
+  const int q_heads = q_shape[1], kv_heads = k_pool_shape[2], member_count = members_shape[0];
+  const int rows = indptr1_shape[0] - 1, tiles0_count = tiles0_shape[0], tiles1_count = tiles1_shape[0];
+  const int groups0 = mlxcel::head_groups<WM0>(member_count * G), groups1 = mlxcel::head_groups<WM1>(G);
+  const int blocks0 = tiles0_count * groups0 * kv_heads, blocks1 = tiles1_count * groups1 * kv_heads;
+  // counters (zeros on entry): [ticket][level-0 blocks done per (kv head, group)][level-1 per (row, kv head)]
+  int* ticket_counter = const_cast<int*>(counters);
+  int* level0_done = ticket_counter + 1;
+  int* level1_done = level0_done + kv_heads * groups0;
+
+  __shared__ int block_ticket;
+  if (threadIdx.x == 0) block_ticket = atomicAdd(ticket_counter, 1);
+  __syncthreads();
+  const int ticket = block_ticket;
+
+  if (ticket < blocks0 + blocks1) {
+    const bool level0 = ticket < blocks0;
+    const int index = level0 ? ticket : ticket - blocks0;
+    const int groups = level0 ? groups0 : groups1;
+    const int per_kv_head = (level0 ? tiles0_count : tiles1_count) * groups;   // the partial kernel's grid order
+    const int kv_head = index / per_kv_head, tile = index % per_kv_head / groups, group = index % groups;
+    if (level0) {
+      mlxcel::partial_tile<T, TQ, D, BLOCK, WM0, true, WARPS, CHUNK, SCALE_BITS>(
+          q, k_pool, v_pool, indices0, last_page_len0, tiles0, members, o0, lse0, q_heads, kv_heads, member_count,
+          tile, group, kv_head);
+    } else {
+      mlxcel::partial_tile<T, TQ, D, BLOCK, WM1, false, WARPS, CHUNK, SCALE_BITS>(
+          q, k_pool, v_pool, indices1, last_page_len1, tiles1, members, o1, lse1, q_heads, kv_heads, member_count,
+          tile, group, kv_head);
+    }
+    __threadfence();                               // this thread's state, visible GPU-wide before the count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicAdd(level0 ? level0_done + kv_head * groups0 + group : level1_done + tiles1[5 * tile] * kv_heads + kv_head, 1);
+    }
+    return;
+  }
+
+  const int item = (ticket - blocks0 - blocks1) * WARPS + threadIdx.x / 32;
+  if (item >= rows * q_heads) return;              // whole warps leave together
+  const int row = item / q_heads, head = item % q_heads, kv_head = head / G;
+  const int member = member_of_row[row];
+  mlxcel::wait_count(level1_done + row * kv_heads + kv_head, (indptr1[row + 1] - indptr1[row]) * groups1);
+  if (member >= 0) {
+    const int group = (member * G + head % G) / 16 / WM0;   // the level-0 head group holding its stacked head
+    mlxcel::wait_count(level0_done + kv_head * groups0 + group, tiles0_count);
+  }
+  mlxcel::fold_cascade<TQ, D, G>(o1, lse1, indptr1, o0, lse0, member_of_row, q_heads, kv_heads * member_count * G,
+                                 tiles0_count, row, head, out);
 """
 
 
@@ -496,8 +597,9 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
-KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2))
+KERNELS = FusedKernels(Platform("cuda", HEADER + PARTIAL_TILE + CASCADE_FOLD, PARTIAL_SOURCE, MERGE_SOURCE,
+                                CASCADE_MERGE_SOURCE, make_kernel, warps=4, chunk_tokens=64, stages=2,
+                                cascade_step_source=CASCADE_STEP_SOURCE))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).
