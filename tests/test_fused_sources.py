@@ -15,7 +15,8 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, translation_unit
 from mlxcel import kernels
-from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels import PagedCsrView, cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels.csr import host_csr
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
@@ -101,7 +102,7 @@ def cascade_step_unit(pool: str, head_dim: int, group: int) -> str:
         [("out", pool), ("o0", "float32"), ("lse0", "float32"), ("o1", "float32"), ("lse1", "float32")],
         [("T", pool), ("TQ", pool), ("D", head_dim), ("BLOCK", 32), ("WM0", tile_plan.LEVEL0_MAX_WARPS_M),
          ("WM1", 1), ("WARPS", p.warps), ("G", group), ("CHUNK", p.chunk_tokens),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("SM_SLOTS", fused.ROLE_SM_SLOTS)])
 
 
 @needs_nvcc
@@ -198,6 +199,21 @@ def test_cascade_break_even_declines_small_savings():
     assert cuda.cascade_decline(q, pool, 256, 4) is None               # 8192 x 4: won
     # Inputs the fused kernels do not take run the portable kernels: no cost model.
     assert cuda.cascade_decline(q.astype(mx.float32), pool.astype(mx.float32), 64, 4) is None
+
+
+@pytest.mark.parametrize("shared_tokens, members, launches", [
+    (8192, 4, 1), (2048, 32, 1),       # 256-token level-0 tiles: one launch won on the H200
+    (8192, 32, 3), (32768, 32, 3),     # 1024-token tiles: three launches won
+])
+def test_one_launch_cascade_steps_only_for_short_level0_tiles(shared_tokens, members, launches):
+    block = 32
+    shared = PagedCsrView.from_host(host_csr([list(range(shared_tokens // block))], [shared_tokens], block))
+    tails = [[100_000 + 8 * m + i for i in range(8)] for m in range(members)]
+    private = PagedCsrView.from_host(host_csr(tails, [8 * block] * members, block))
+    (stacked, plan0), (flat, _) = cuda.KERNELS.cascade_levels(32, 8, members, shared, private)
+    assert cuda.KERNELS.step_launches(stacked, flat, plan0, shared) == launches
+    # The Metal twin has no one-launch step.
+    assert metal.KERNELS.step_launches(stacked, flat, plan0, shared) == 3
 
 
 def test_dispatch_asks_the_backend_about_the_break_even(monkeypatch):
