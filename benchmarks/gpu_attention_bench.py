@@ -8,15 +8,11 @@ shared span S, private tail T per row, batch B):
 - flat: ``paged_decode_attention`` with cascade off (fused kernel over every
   row's pages in place, tile merge when a row is split);
 - cascade: the same call with cascade on (planner, level 0 with all members'
-  heads stacked, level 1, merge: one launch or three on CUDA, by
-  level 0's tile length);
-- cascade_one, cascade_three: the fused cascade step forced into one launch
-  (CUDA) or three (level 0, level 1, merge: what the Metal twin runs), beside
-  the engine's choice in the same run: they check the rule that chooses;
+  heads stacked, level 1, merge);
 - sdpa: ``mx.fast.scaled_dot_product_attention`` over the same K/V gathered
   into contiguous [B, Hkv, S+T, D] arrays (what mlx-lm runs).
 
-Outputs of every method are compared before any timing is trusted (and against
+Outputs of the three are compared before any timing is trusted (and against
 the float64 reference on the smallest cells). Two timings per method, medians
 over repeats after a warm-up:
 
@@ -25,7 +21,7 @@ over repeats after a warm-up:
   first, then one mx.async_eval + mx.synchronize around all n; the host's graph
   building is excluded and reported on its own (host ms), and so is the part
   of the timed span MLX spends encoding the n calls into CUDA graphs (encode
-  ms: close to the device time means the host, not the GPU, sets it). This is the
+  ms: close to the device time would mean the host, not the GPU, sets it). This is the
   kernel-level figure. The chain's own ops (a slice, a multiply, a cast, an
   add) are timed alone as "chain" and subtracted for the net ratios.
 - pipelined: n independent calls, each issued with mx.async_eval, closed by
@@ -215,22 +211,18 @@ class Cell:
         return plan, layout, layout.private_view(self.csr)
 
     def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None,
-                      level0_warps: int | None = None, launches: int | None = None):
+                      level0_warps: int | None = None):
         """The fused backend's cascade step with level 0's tile width,
         head-splitting warps and block warps fixed (sweeps; None: the
-        heuristics), in one launch or three (None: the kernels' rule)."""
+        heuristics)."""
         plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
-            default, kernels.launches = kernels.launches, launches
-            try:        # read while the graph is built: the engine's calls keep the default
-                return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
-                                              private, plan.members, scale=self.scale, level0_pages=level0_pages,
-                                              level0_warps_m=level0_warps_m, level0_warps=level0_warps)
-            finally:
-                kernels.launches = default
+            return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
+                                          private, plan.members, scale=self.scale, level0_pages=level0_pages,
+                                          level0_warps_m=level0_warps_m, level0_warps=level0_warps)
         return call
 
     def fused_levels(self) -> dict:
@@ -270,12 +262,6 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
     flat, cascaded, reference = cell.flat(0), cell.cascade(0), sdpa(0)
     checks = {"flat_vs_sdpa": relative_error(flat, reference), "cascade_vs_sdpa": relative_error(cascaded, reference),
               "cascade_vs_flat": relative_error(cascaded, flat)}
-    arms = [("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)]
-    if getattr(fused_kernels, "platform", None) and fused_kernels.platform.cascade_step_source:
-        for launches, name in ((1, "cascade_one"), (3, "cascade_three")):
-            forced = cell.fused_cascade(None, launches=launches)
-            checks[f"{name}_vs_cascade"] = relative_error(forced(0), cascaded)
-            arms.append((name, forced))
     if shared * batch <= args.reference_limit:
         ref = reference_decode(cell.queries[0], cell.k_pools[0], cell.v_pools[0], cell.host, cell.scale)
         checks.update(flat_vs_float64=relative_error(flat, ref), cascade_vs_float64=relative_error(cascaded, ref),
@@ -287,7 +273,7 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
               "plan": {"members": len(plan.members), "shared_pages": plan.shared_pages, "chosen": chosen},
               "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
               "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
-    for name, call in arms:
+    for name, call in (("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)):
         for key, value in measure(call, args.reps).items():
             result[f"{name}_{key}"] = value
     if fused_kernels is not None:
@@ -326,24 +312,20 @@ def breakdown(args) -> dict:
         return {}
     cell = Cell(8192, args.tail, 32)
     calls = {"chain": cell.chain_only, **cell.fused_levels(), "cascade_decode": cell.fused_cascade(None),
-             "cascade_decode_one_launch": cell.fused_cascade(None, launches=1),
-             "cascade_decode_three_launches": cell.fused_cascade(None, launches=3),
              "paged_decode_attention": cell.cascade}
     return {name: measure(call, args.reps) for name, call in calls.items()}
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| S | B | SDPA ms | flat ms | cascade ms | cascade ms in 1, 3 launches | chain ms | flat/SDPA "
-             "| SDPA/cascade (net) | cascade/flat (net) | engine cascades "
+    lines = ["| S | B | SDPA ms | flat ms | cascade ms | chain ms | flat/SDPA | SDPA/cascade (net) | cascade/flat (net) "
+             "| engine cascades "
              "| flat TB/s | cascade TB/s | cascade floor ms | host ms flat, cascade | encode ms SDPA, cascade "
              "| pipelined ms SDPA, flat, cascade |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sdpa, flat, cascade, chain = r["sdpa_s"], r["flat_s"], r["cascade_s"], r["chain_s"]
-        forced = (", ".join(f"{r[f'cascade_{n}_s'] * 1e3:.3f}" for n in ("one", "three"))
-                  if "cascade_three_s" in r else "-")
         lines.append(
-            f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} | {forced} "
+            f"| {r['shared']} | {r['batch']} | {sdpa * 1e3:.3f} | {flat * 1e3:.3f} | {cascade * 1e3:.3f} "
             f"| {chain * 1e3:.3f} | {flat / sdpa:.2f} | {sdpa / cascade:.1f} ({(sdpa - chain) / (cascade - chain):.1f}) "
             f"| {cascade / flat:.2f} ({(cascade - chain) / (flat - chain):.2f}) | {'yes' if r['plan']['chosen'] else 'no'} "
             f"| {r['flat_bytes'] / flat / 1e12:.2f} | {r['cascade_bytes'] / cascade / 1e12:.2f} "

@@ -167,24 +167,7 @@ __device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, Stat
 }  // namespace mlxcel
 """
 
-PARTIAL_TILE = r"""
-namespace mlxcel {
-
-// Head groups of one (tile, KV head): blocks of WM 16-head matrix tiles.
-template <int WM>
-__device__ __forceinline__ int head_groups(int heads) {
-  return ((heads + 15) / 16 + WM - 1) / WM;
-}
-
-// One block of the partial kernel: the states of the query heads of
-// ``kv_head`` in head group ``group`` over page tile ``tile``. The partial
-// kernel runs one per block; the cascade step kernel runs level 0's and
-// level 1's as two roles of one grid.
-template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int SCALE_BITS>
-__device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const T* v_pool, const int* indices,
-                                             const int* last_page_len, const int* tiles, const int* members,
-                                             float* out, float* out_lse, int q_heads, int kv_heads, int member_count,
-                                             int tile, int group, int kv_head) {
+PARTIAL_SOURCE = r"""
   // ---- constants and coordinates ----
   constexpr int THREADS = WARPS * 32;
   constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
@@ -197,13 +180,19 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
   const float scale = __int_as_float(SCALE_BITS);
-  const float neg_inf = -infinity();
+  const float neg_inf = -mlxcel::infinity();
 
+  const int kv_heads = k_pool_shape[2];
+  const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
   // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
   // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
-  const int heads = STACKED ? member_count * group_size : group_size;
+  const int heads = STACKED ? members_shape[0] * group_size : group_size;
   const int out_heads = kv_heads * heads;
+  const int groups = ((heads + 15) / 16 + WM - 1) / WM;
+  const int tile = blockIdx.x / groups;
+  const int group = blockIdx.x % groups;
+  const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp % WM, warp_t = warp / WM;
   const int g = lane / 4, tig = lane % 4;
@@ -231,8 +220,8 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
       const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
       const int q_row = STACKED ? members[real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
-      const float2 x = load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
-      qf[kk][r] = head < heads ? Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
+      const float2 x = mlxcel::load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
+      qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
     }
   }
 
@@ -267,10 +256,10 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
       const bool valid = slot >= first_slot && slot < end_slot;
       const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
       const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
-      copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
-      copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
+      mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
+      mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
     }
-    copy_commit();
+    mlxcel::copy_commit();
   };
 
   float acc[DT][4];
@@ -290,9 +279,9 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
     if (chunk + 1 < chunk_end) {
       stage(chunk + 1, buffer ^ 1, page_base);
       lookup(chunk + 2, page_base);
-      copy_wait<1>();
+      mlxcel::copy_wait<1>();
     } else {
-      copy_wait<0>();
+      mlxcel::copy_wait<0>();
     }
     __syncthreads();
     if (active) {
@@ -310,9 +299,9 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
           #pragma unroll
           for (int kk = 0; kk < DK; kk += 2) {
             uint32_t b[4];
-            load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
-            Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
-            Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+            mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
+            mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+            mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
           }
         }
 
@@ -331,9 +320,9 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
         float base[2], alpha[2];
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float top = fmaxf(row_max[r], lane_max(lane_max(step_max[r], 1), 2));
+          const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
           base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
-          alpha[r] = fast_exp2(row_max[r] - base[r]);
+          alpha[r] = mlxcel::fast_exp2(row_max[r] - base[r]);
           row_max[r] = top;
           row_sum[r] *= alpha[r];
         }
@@ -346,7 +335,7 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            s[nt][c] = fast_exp2(s[nt][c] - base[c >> 1]);
+            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base[c >> 1]);
             row_sum[c >> 1] += s[nt][c];
           }
         }
@@ -355,16 +344,16 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
         #pragma unroll
         for (int kt = 0; kt < NT / 2; ++kt) {
           const uint32_t a[4] = {
-              Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
-              Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-              Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+              mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+              mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
           #pragma unroll
           for (int dt = 0; dt < DT; dt += 2) {
             uint32_t b[4];
-            load_matrices_transposed(
+            mlxcel::load_matrices_transposed(
                 b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
-            Mma<T>::run(acc[dt], a, b[0], b[1]);
-            Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+            mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
+            mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
           }
         }
       }
@@ -378,7 +367,7 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
   float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
   if (active) {
     #pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = lane_sum(lane_sum(row_sum[r], 1), 2);
+    for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
     if (tig == 0) {
       warp_max[warp * 16 + g] = row_max[0];
       warp_max[warp * 16 + g + 8] = row_max[1];
@@ -416,17 +405,6 @@ __device__ __forceinline__ void partial_tile(const TQ* q, const T* k_pool, const
     out[out_row * D + d] = total > 0.f ? value / total : 0.f;
     if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : neg_inf;
   }
-}
-
-}  // namespace mlxcel
-"""
-
-PARTIAL_SOURCE = r"""
-  const int kv_heads = k_pool_shape[2], q_heads = q_shape[1];
-  const int groups = mlxcel::head_groups<WM>((STACKED ? members_shape[0] : 1) * (q_heads / kv_heads));
-  mlxcel::partial_tile<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(
-      q, k_pool, v_pool, indices, last_page_len, tiles, members, out, out_lse, q_heads, kv_heads, members_shape[0],
-      blockIdx.x / groups, blockIdx.x % groups, blockIdx.y);
 """
 
 MERGE_SOURCE = r"""
@@ -461,20 +439,18 @@ MERGE_SOURCE = r"""
 """
 
 
-CASCADE_FOLD = r"""
-namespace mlxcel {
-
-// One (row, head) of a cascade decode step, by one warp: the row's level-1
-// states and, for a member, every level-0 tile's state at the member's
-// stacked head, folded straight into the output dtype.
-template <typename TO, int D, int G>
-__device__ __forceinline__ void fold_cascade(const float* o1, const float* lse1, const int* indptr1, const float* o0,
-                                             const float* lse0, const int* member_of_row, int q_heads, int stacked,
-                                             int tiles0, int row, int head, TO* out) {
+CASCADE_MERGE_SOURCE = r"""
   constexpr int VEC = D / 32;                       // contiguous floats per lane
-  const float neg_inf = -infinity();
+  const float neg_inf = -mlxcel::infinity();
+  const int rows = indptr1_shape[0] - 1;
+  const int q_heads = o1_shape[1];
+  const int stacked = o0_shape[1];                  // Hkv * M * G
+  const int members = stacked / q_heads;
+  const int tiles0 = o0_shape[0];
+  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  const int members = stacked / q_heads;            // stacked = Hkv * M * G
+  if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
+  const int row = item / q_heads, head = item % q_heads;
   const int member = member_of_row[row];
   const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
   const int states = private_states + (member >= 0 ? tiles0 : 0);
@@ -496,133 +472,18 @@ __device__ __forceinline__ void fold_cascade(const float* o1, const float* lse1,
   float top = neg_inf;
   for (int i = lane; i < states; i += 32) top = fmaxf(top, *lse_of(i));
   #pragma unroll
-  for (int mask = 16; mask > 0; mask /= 2) top = lane_max(top, mask);
+  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
 
   float total = 0.f, value[VEC];
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   if (top != neg_inf) {
-    fold_states(states, top, [&](int i) { return *lse_of(i); },
-                [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
+    mlxcel::fold_states(states, top, [&](int i) { return *lse_of(i); },
+                        [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
   }
-  TO* dst = out + (size_t(row) * q_heads + head) * D + lane * VEC;
+  TO* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
-}
-
-// Polls until *counter >= target, then fences: this thread's later reads
-// (and, through a barrier, its block's) follow the writes the counting
-// blocks fenced before counting. Relaxed polls, one fence: an acquire load
-// per poll would invalidate the SM's L1 under the level-0 blocks sharing it
-// (run 25: 32768 x 32 0.157 ms with acquire polls, 0.150-0.153 relaxed).
-__device__ __forceinline__ void wait_count(const int* counter, int target) {
-  while (true) {
-    int seen;
-    asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    if (seen >= target) break;
-    __nanosleep(200);
-  }
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
-}  // namespace mlxcel
-"""
-
-CASCADE_MERGE_SOURCE = r"""
-  const int rows = indptr1_shape[0] - 1, q_heads = o1_shape[1];
-  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
-  mlxcel::fold_cascade<TO, D, G>(o1, lse1, indptr1, o0, lse0, member_of_row, q_heads, o0_shape[1], o0_shape[0],
-                                 item / q_heads, item % q_heads, out);
-"""
-
-CASCADE_STEP_SOURCE = r"""
-  // Every block takes a role when it starts: a level-0 block, a level-1
-  // block, or a fold block (a warp per (row, head)), from three queues. A
-  // block takes a fold only once both compute queues are empty, so every
-  // block a fold waits on has started, and compute blocks never wait: no
-  // deadlock, whatever order the hardware starts blocks in. Level 0 comes
-  // first but at most its fair share per SM (blocks0 / SMs, rounded up):
-  // the hardware fills SMs unevenly within one grid (run 25: 8 SMs held
-  // three level-0 blocks and set the step's time, 1.3x its own launch's).
-  const int q_heads = q_shape[1], kv_heads = k_pool_shape[2], member_count = members_shape[0];
-  const int rows = indptr1_shape[0] - 1, tiles0_count = tiles0_shape[0], tiles1_count = tiles1_shape[0];
-  const int groups0 = mlxcel::head_groups<WM0>(member_count * G), groups1 = mlxcel::head_groups<WM1>(G);
-  const int blocks0 = tiles0_count * groups0 * kv_heads, blocks1 = tiles1_count * groups1 * kv_heads;
-  // counters (zeros on entry): [3 queues][level-0 roles per SM][level-0 blocks done per (kv head, group)]
-  // [level-1 blocks done per (row, kv head)]
-  int* queues = const_cast<int*>(counters);
-  int* level0_per_sm = queues + 3;
-  int* level0_done = level0_per_sm + SM_SLOTS;
-  int* level1_done = level0_done + kv_heads * groups0;
-
-  __shared__ int role;
-  if (threadIdx.x == 0) {
-    unsigned sm, sms;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
-    int taken = -1;
-    if (atomicAdd(level0_per_sm + sm % SM_SLOTS, 1) < (blocks0 + int(sms) - 1) / int(sms)) {
-      const int t = atomicAdd(queues, 1);
-      if (t < blocks0) taken = t;
-    }
-    if (taken < 0) {
-      const int t = atomicAdd(queues + 1, 1);
-      if (t < blocks1) taken = blocks0 + t;
-    }
-    if (taken < 0) {                               // level 1 is out: level 0's leftovers, on any SM
-      const int t = atomicAdd(queues, 1);
-      if (t < blocks0) taken = t;
-    }
-    if (taken < 0) taken = blocks0 + blocks1 + atomicAdd(queues + 2, 1);
-    role = taken;
-  }
-  __syncthreads();
-  const int block = role;
-
-  if (block < blocks0 + blocks1) {
-    const bool level0 = block < blocks0;
-    const int index = level0 ? block : block - blocks0;
-    const int groups = level0 ? groups0 : groups1;
-    const int per_kv_head = (level0 ? tiles0_count : tiles1_count) * groups;   // the partial kernel's grid order
-    const int kv_head = index / per_kv_head, tile = index % per_kv_head / groups, group = index % groups;
-    if (level0) {
-      mlxcel::partial_tile<T, TQ, D, BLOCK, WM0, true, WARPS, CHUNK, SCALE_BITS>(
-          q, k_pool, v_pool, indices0, last_page_len0, tiles0, members, o0, lse0, q_heads, kv_heads, member_count,
-          tile, group, kv_head);
-    } else {
-      mlxcel::partial_tile<T, TQ, D, BLOCK, WM1, false, WARPS, CHUNK, SCALE_BITS>(
-          q, k_pool, v_pool, indices1, last_page_len1, tiles1, members, o1, lse1, q_heads, kv_heads, member_count,
-          tile, group, kv_head);
-    }
-    __threadfence();                               // this thread's state, visible GPU-wide before the count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      atomicAdd(level0 ? level0_done + kv_head * groups0 + group : level1_done + tiles1[5 * tile] * kv_heads + kv_head, 1);
-    }
-    return;
-  }
-
-  // Fold role: thread 0 waits until every state its block's warps read is
-  // counted (one poller per block, not one per warp: the polls share L2 with
-  // level 0's reads), then each warp folds one (row, head).
-  const int first_item = (block - blocks0 - blocks1) * WARPS, items = rows * q_heads;
-  if (threadIdx.x == 0) {
-    for (int item = first_item; item < min(first_item + WARPS, items); ++item) {
-      const int row = item / q_heads, head = item % q_heads, kv_head = head / G;
-      mlxcel::wait_count(level1_done + row * kv_heads + kv_head, (indptr1[row + 1] - indptr1[row]) * groups1);
-      const int member = member_of_row[row];
-      if (member >= 0) {
-        const int group = (member * G + head % G) / 16 / WM0;   // the level-0 head group of its stacked head
-        mlxcel::wait_count(level0_done + kv_head * groups0 + group, tiles0_count);
-      }
-    }
-  }
-  __syncthreads();          // orders every warp's state reads after thread 0's fence
-  const int item = first_item + threadIdx.x / 32;
-  if (item >= items) return;                       // whole warps leave together
-  mlxcel::fold_cascade<TQ, D, G>(o1, lse1, indptr1, o0, lse0, member_of_row, q_heads, kv_heads * member_count * G,
-                                 tiles0_count, item / q_heads, item % q_heads, out);
 """
 
 
@@ -635,9 +496,8 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
-KERNELS = FusedKernels(Platform("cuda", HEADER + PARTIAL_TILE + CASCADE_FOLD, PARTIAL_SOURCE, MERGE_SOURCE,
-                                CASCADE_MERGE_SOURCE, make_kernel, warps=4, chunk_tokens=64, stages=2,
-                                cascade_step_source=CASCADE_STEP_SOURCE))
+KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
+                                warps=4, chunk_tokens=64, stages=2))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -59,26 +59,9 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # (2048 x 32) 0.65-0.76.
 CASCADE_BREAK_EVEN_BYTES = 64 << 20
 
-# The one-launch cascade step saves the merge launch and a graph edge (a few
-# microseconds) but runs level 1's and the folds' blocks beside level 0's in
-# one grid, where they slow it for as long as it runs, more than two launches
-# side by side in MLX's graph do. It pays while level 0's tiles are short.
-# On the H200 (run 25, one launch against three, chained): tiles of 256 tokens
-# won (8192 x 4: 0.052-0.054 ms against 0.064-0.072; 2048 x 32: 0.054-0.060
-# against 0.068-0.105), tiles of 1024 lost (8192 x 32: 0.074-0.078 against
-# 0.068-0.073; 32768 x 32: 0.150-0.153 against 0.143-0.144). 512: unmeasured.
-ONE_LAUNCH_MAX_TILE_TOKENS = 512
-
-# Per-SM counters of the one-launch cascade step (its level-0 blocks per SM):
-# more than any GPU's SM ids (132 on the H200); ids beyond share a counter.
-ROLE_SM_SLOTS = 256
-
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 CASCADE_MERGE_INPUTS = ["o1", "lse1", "indptr1", "o0", "lse0", "member_of_row"]
-CASCADE_STEP_INPUTS = ["q", "k_pool", "v_pool", "indices0", "last_page_len0", "tiles0", "members",
-                       "indices1", "last_page_len1", "tiles1", "indptr1", "member_of_row", "counters"]
-CASCADE_STEP_OUTPUTS = ["out", "o0", "lse0", "o1", "lse1"]
 STATE_OUTPUTS = ["out", "out_lse"]
 
 # (name, input names, output names, source, header, dynamic shared bytes) -> kernel
@@ -96,11 +79,6 @@ class Platform:
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
-    # The whole cascade step in one launch (level 0, level 1 and the fold as
-    # roles of one grid), where the platform has it: CUDA. Its fold blocks
-    # wait on other blocks of the same launch, which needs a guarantee that
-    # started blocks run to completion; Metal runs the three launches.
-    cascade_step_source: str | None = None
 
     def staging_bytes(self, head_dim: int, warps: int) -> int:
         """Shared memory of one partial block of ``warps`` warps: the K and V
@@ -144,9 +122,6 @@ class FusedKernels:
     # extra launch per output. MLXCEL_POISON_OUTPUTS=nan sets it for a whole run.
     poison: float | None = field(default_factory=poison_from_env)
     cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
-    # The cascade step's launches where the platform has the one-launch
-    # step: None lets step_launches decide, 1 or 3 forces (A/B runs, tests).
-    launches: int | None = None
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int, warps: int = 0) -> Callable:
@@ -156,14 +131,13 @@ class FusedKernels:
             p = self.platform
             source, inputs, outputs = {
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
-                "cascade_step": (p.cascade_step_source, CASCADE_STEP_INPUTS, CASCADE_STEP_OUTPUTS),
                 "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
                 "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
             }[kind]
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = p.staging_bytes(head_dim, warps) if kind in ("partial", "cascade_step") else 0
+            shared = p.staging_bytes(head_dim, warps) if kind == "partial" else 0
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, p.header, shared)
             self._kernels[key] = kernel
         return kernel
@@ -294,9 +268,6 @@ class FusedKernels:
 
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
                                                               level0_pages, level0_warps_m, level0_warps)
-        if self.step_launches(stacked, flat, plan0, shared) == 1:
-            return self._cascade_step(q, k_pool, v_pool, shared, private, member_list, member_of_row,
-                                      (stacked, plan0), (flat, plan1), scale)
         o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
         o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32
@@ -307,45 +278,5 @@ class FusedKernels:
             threadgroup=(MERGE_THREADS, 1, 1),
             output_shapes=[(rows, hq, d)],
             output_dtypes=[q.dtype],
-            init_value=self.poison,
-        )[0]
-
-    def step_launches(self, stacked: HeadLayout, flat: HeadLayout, plan0: TilePlan, shared: PagedCsrView) -> int:
-        """1 or 3: how cascade_decode runs this step (see ONE_LAUNCH_MAX_TILE_TOKENS)."""
-        if not self.platform.cascade_step_source or stacked.warps != flat.warps:
-            return 3
-        if self.launches is not None:
-            return self.launches
-        tile_pages = -(-int(shared.host.num_pages()[0]) // max(plan0.num_tiles, 1))
-        return 1 if tile_pages * shared.block_size <= ONE_LAUNCH_MAX_TILE_TOKENS else 3
-
-    def _cascade_step(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
-                      private: PagedCsrView, member_list: mx.array, member_of_row: mx.array,
-                      level0: tuple[HeadLayout, TilePlan], level1: tuple[HeadLayout, TilePlan],
-                      scale: float) -> mx.array:
-        """The cascade step in one launch: a block per level-0 and level-1
-        (tile, head group, KV head) as partial_tiles launches them, then a
-        block per ``warps`` (row, head) folds, each waiting on the counts of
-        the states it reads. The counters are a fresh zeros array per call
-        (a fill with no inputs: the graph runs it off the critical path)."""
-        (stacked, plan0), (flat, plan1) = level0, level1
-        rows, hq, d = q.shape
-        hkv, warps = k_pool.shape[2], flat.warps
-        tiles0, tiles1 = plan0.num_tiles, plan1.num_tiles
-        blocks = (tiles0 * stacked.groups + tiles1 * flat.groups) * hkv + -(-rows * hq // warps)
-        counters = mx.zeros((3 + ROLE_SM_SLOTS + hkv * stacked.groups + rows * hkv,), mx.int32)
-        return self._kernel("cascade_step", d, warps)(
-            inputs=[q, k_pool, v_pool, shared.indices, shared.last_page_len, plan0.geometry, member_list,
-                    private.indices, private.last_page_len, plan1.geometry, plan1.row_indptr_device, member_of_row,
-                    counters],
-            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
-                      ("WM0", stacked.warps_m), ("WM1", flat.warps_m), ("WARPS", warps), ("G", hq // hkv),
-                      ("CHUNK", self.platform.chunk_tokens), ("SCALE_BITS", scale_bits(scale)),
-                      ("SM_SLOTS", ROLE_SM_SLOTS)],
-            grid=(blocks * warps * 32, 1, 1),
-            threadgroup=(warps * 32, 1, 1),
-            output_shapes=[(rows, hq, d), (tiles0, hkv * stacked.heads, d), (tiles0, hkv * stacked.heads),
-                           (tiles1, hkv * flat.heads, d), (tiles1, hkv * flat.heads)],
-            output_dtypes=[q.dtype] + [mx.float32] * 4,
             init_value=self.poison,
         )[0]

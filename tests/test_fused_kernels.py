@@ -154,16 +154,13 @@ def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, gr
                      dtype=dtype, q_dtype=dtype, num_blocks=shared_pages + 4 * members + 8)
 
 
-@pytest.mark.parametrize("launches", [1, 3], ids=["one-launch", "three-launches"])
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("members", [2, 8, 64])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_cascade_decode(rng, record_property, monkeypatch, dtype, members, group, launches):
+def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, group):
     # Level 0 reads the members' queries through the member list (up to 512
-    # stacked heads per KV head: sixteen head groups), level 1 the private
-    # pages, and the fold writes both into the output dtype: in one launch
-    # (CUDA's default) or in three (what Metal runs).
-    monkeypatch.setattr(cuda.KERNELS, "launches", launches)
+    # stacked heads per KV head: eight head groups), level 1 the private
+    # pages, one kernel folds both into the output dtype.
     case = shared_prefix_case(rng, dtype, members=members, group=group)
     plan = plan_cascade(case.csr, ON)
     assert len(plan.members) == members

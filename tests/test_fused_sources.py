@@ -15,8 +15,7 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, translation_unit
 from mlxcel import kernels
-from mlxcel.kernels import PagedCsrView, cuda, fused, metal, portable, tile_plan
-from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
@@ -30,7 +29,7 @@ def block_registers(registers: int, warps: int = 4) -> int:
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
     p = cuda.KERNELS.platform
     return translation_unit(
-        "partial", cuda.KERNELS.platform.header, cuda.PARTIAL_SOURCE,
+        "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
         [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
          ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
@@ -76,7 +75,7 @@ def test_four_head_splitting_warps_leave_room_for_a_level1_block(tmp_path):
 
 @needs_nvcc
 def test_merge_kernel_compiles(tmp_path):
-    unit = translation_unit("merge", cuda.KERNELS.platform.header, cuda.MERGE_SOURCE,
+    unit = translation_unit("merge", cuda.HEADER, cuda.MERGE_SOURCE,
                             [("v_in", "float32"), ("lse_in", "float32"), ("indptr", "int32")],
                             [("out", "float32"), ("out_lse", "float32")],
                             [("TV", "float32"), ("TL", "float32"), ("D", 128)])
@@ -85,34 +84,11 @@ def test_merge_kernel_compiles(tmp_path):
 
 @needs_nvcc
 def test_cascade_merge_kernel_compiles(tmp_path):
-    unit = translation_unit("cascade_merge", cuda.KERNELS.platform.header, cuda.CASCADE_MERGE_SOURCE,
+    unit = translation_unit("cascade_merge", cuda.HEADER, cuda.CASCADE_MERGE_SOURCE,
                             [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
                              ("lse0", "float32"), ("member_of_row", "int32")],
                             [("out", "bfloat16")], [("TO", "bfloat16"), ("D", 128), ("G", 4)])
     assert resources(compile_unit(unit, tmp_path))[1] == 0
-
-
-def cascade_step_unit(pool: str, head_dim: int, group: int) -> str:
-    p = cuda.KERNELS.platform
-    return translation_unit(
-        "cascade_step", p.header, p.cascade_step_source,
-        [("q", pool), ("k_pool", pool), ("v_pool", pool), ("indices0", "int32"), ("last_page_len0", "int32"),
-         ("tiles0", "int32"), ("members", "int32"), ("indices1", "int32"), ("last_page_len1", "int32"),
-         ("tiles1", "int32"), ("indptr1", "int32"), ("member_of_row", "int32"), ("counters", "int32")],
-        [("out", pool), ("o0", "float32"), ("lse0", "float32"), ("o1", "float32"), ("lse1", "float32")],
-        [("T", pool), ("TQ", pool), ("D", head_dim), ("BLOCK", 32), ("WM0", tile_plan.LEVEL0_MAX_WARPS_M),
-         ("WM1", 1), ("WARPS", p.warps), ("G", group), ("CHUNK", p.chunk_tokens),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("SM_SLOTS", fused.ROLE_SM_SLOTS)])
-
-
-@needs_nvcc
-@pytest.mark.parametrize("pool, head_dim, group", [("bfloat16", 128, 4), ("float16", 64, 8), ("bfloat16", 128, 1)])
-def test_cascade_step_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_dim, group):
-    # One launch runs both levels' blocks and the folds: its registers are
-    # the most any role takes, and must still let three blocks share an SM.
-    registers, spills = resources(compile_unit(cascade_step_unit(pool, head_dim, group), tmp_path))
-    assert spills == 0
-    assert 3 * block_registers(registers) <= 65536
 
 
 def sections(source: str) -> list[str]:
@@ -121,9 +97,8 @@ def sections(source: str) -> list[str]:
 
 
 def test_metal_twin_has_the_cuda_sections_in_order():
-    # CUDA's partial kernel body is one function (shared with the cascade step kernel).
-    assert sections(metal.PARTIAL_SOURCE) == sections(cuda.PARTIAL_TILE)
-    assert len(sections(cuda.PARTIAL_TILE)) == 7
+    assert sections(metal.PARTIAL_SOURCE) == sections(cuda.PARTIAL_SOURCE)
+    assert len(sections(cuda.PARTIAL_SOURCE)) == 7
     for name in ("PARTIAL_SOURCE", "MERGE_SOURCE", "CASCADE_MERGE_SOURCE", "cascade_decode", "takes"):
         assert hasattr(metal, name) and hasattr(cuda, name)
 
@@ -199,21 +174,6 @@ def test_cascade_break_even_declines_small_savings():
     assert cuda.cascade_decline(q, pool, 256, 4) is None               # 8192 x 4: won
     # Inputs the fused kernels do not take run the portable kernels: no cost model.
     assert cuda.cascade_decline(q.astype(mx.float32), pool.astype(mx.float32), 64, 4) is None
-
-
-@pytest.mark.parametrize("shared_tokens, members, launches", [
-    (8192, 4, 1), (2048, 32, 1),       # 256-token level-0 tiles: one launch won on the H200
-    (8192, 32, 3), (32768, 32, 3),     # 1024-token tiles: three launches won
-])
-def test_one_launch_cascade_steps_only_for_short_level0_tiles(shared_tokens, members, launches):
-    block = 32
-    shared = PagedCsrView.from_host(host_csr([list(range(shared_tokens // block))], [shared_tokens], block))
-    tails = [[100_000 + 8 * m + i for i in range(8)] for m in range(members)]
-    private = PagedCsrView.from_host(host_csr(tails, [8 * block] * members, block))
-    (stacked, plan0), (flat, _) = cuda.KERNELS.cascade_levels(32, 8, members, shared, private)
-    assert cuda.KERNELS.step_launches(stacked, flat, plan0, shared) == launches
-    # The Metal twin has no one-launch step.
-    assert metal.KERNELS.step_launches(stacked, flat, plan0, shared) == 3
 
 
 def test_dispatch_asks_the_backend_about_the_break_even(monkeypatch):
