@@ -205,7 +205,7 @@ PARTIAL_SOURCE = r"""
   const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
-  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK][STRIDE]
+  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
   uint32_t qf[DK][4];
@@ -271,22 +271,18 @@ PARTIAL_SOURCE = r"""
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   size_t page_base[LOOKUPS];
-  // STAGES - 1 chunks in flight while one is used. Every iteration commits
-  // one copy group (empty past the tile), so waiting for all but the newest
-  // STAGES - 1 groups always means this chunk's.
   lookup(chunk_begin, page_base);
-  #pragma unroll
-  for (int ahead = 0; ahead < STAGES - 1; ++ahead) {
-    if (chunk_begin + ahead < chunk_end) stage(chunk_begin + ahead, ahead, page_base);
-    else mlxcel::copy_commit();
-    lookup(chunk_begin + ahead + 1, page_base);
-  }
+  if (chunk_begin < chunk_end) stage(chunk_begin, 0, page_base);   // a tile always holds a token; stay safe if not
+  lookup(chunk_begin + 1, page_base);
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    const int buffer = (chunk - chunk_begin) % STAGES;
-    if (chunk + STAGES - 1 < chunk_end) stage(chunk + STAGES - 1, (buffer + STAGES - 1) % STAGES, page_base);
-    else mlxcel::copy_commit();
-    lookup(chunk + STAGES, page_base);
-    mlxcel::copy_wait<STAGES - 1>();
+    const int buffer = (chunk - chunk_begin) & 1;
+    if (chunk + 1 < chunk_end) {
+      stage(chunk + 1, buffer ^ 1, page_base);
+      lookup(chunk + 2, page_base);
+      mlxcel::copy_wait<1>();
+    } else {
+      mlxcel::copy_wait<0>();
+    }
     __syncthreads();
     if (active) {
       const T* keys = staged + (2 * buffer) * STAGE;
@@ -362,7 +358,7 @@ PARTIAL_SOURCE = r"""
         }
       }
     }
-    __syncthreads();                               // a later stage() overwrites this buffer
+    __syncthreads();                               // the next stage() overwrites this buffer
   }
 
   // ---- 5. merge the token-splitting warps, write ----
@@ -501,7 +497,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
 # such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2, min_chunk_tokens=32))
+                                warps=4, chunk_tokens=64, stages=2))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -77,21 +77,8 @@ class Platform:
     cascade_merge_source: str
     make_kernel: KernelFactory
     warps: int            # warps (simdgroups) of 32 lanes per partial block
-    chunk_tokens: int     # KV tokens staged per iteration, at most
-    stages: int           # staging buffers at that chunk (2: the next chunk loads while this one is used)
-    # The shortest chunk a launch is cut into (0: always chunk_tokens): see staging.
-    min_chunk_tokens: int = 0
-
-    def staging(self, layout: HeadLayout) -> tuple[int, int]:
-        """(chunk tokens, stages) of a launch: the same staged tokens cut into
-        the shortest chunks its token-splitting warps allow (16 tokens each,
-        one k-step of P V), so more of them are in flight at once: a block
-        waits on memory, not on math (runs 19-21). Level 0 (two token-splitting
-        warps) gets 32-token chunks, four stages; the flat layout (four) keeps
-        64-token chunks, two stages."""
-        split = layout.warps // layout.warps_m
-        chunk = min(self.chunk_tokens, max(self.min_chunk_tokens or self.chunk_tokens, 16 * split))
-        return chunk, self.chunk_tokens * self.stages // chunk
+    chunk_tokens: int     # KV tokens staged per iteration
+    stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
     def staging_bytes(self, head_dim: int, warps: int) -> int:
         """Shared memory of one partial block of ``warps`` warps: the K and V
@@ -163,14 +150,14 @@ class FusedKernels:
         kernel stacks those rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place."""
         tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
-        chunk, stages = self.platform.staging(layout)
+        p = self.platform
         return self._kernel("partial", d, layout.warps)(
             inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
                     self._no_members if members is None else members],
             # The page size is a template constant: page lookups become shifts.
             template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
                       ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", layout.warps),
-                      ("CHUNK", chunk), ("STAGES", stages), ("SCALE_BITS", scale_bits(scale))],
+                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
             threadgroup=(layout.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],

@@ -28,15 +28,13 @@ def block_registers(registers: int, warps: int = 4) -> int:
 
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
     p = cuda.KERNELS.platform
-    chunk, stages = p.staging(tile_plan.HeadLayout(heads=16 * warps_m, warps_m=warps_m, groups=1, warps=p.warps))
     return translation_unit(
         "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
         [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
          ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
         [("T", pool), ("TQ", "float32"), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m), ("STACKED", stacked),
-         ("WARPS", p.warps), ("CHUNK", chunk), ("STAGES", stages),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def resources(report: str) -> tuple[int, int]:
@@ -109,16 +107,6 @@ def test_staging_fits_each_platform():
     cuda_platform, metal_platform = cuda.KERNELS.platform, metal.KERNELS.platform
     assert cuda_platform.staging_bytes(128, cuda_platform.warps) <= 227 * 1024 // 3   # three blocks per H100/H200 SM
     assert metal_platform.staging_bytes(128, metal_platform.warps) <= 32 * 1024       # Apple's threadgroup memory
-
-
-@pytest.mark.parametrize("warps, warps_m, chunk, stages", [(4, 1, 64, 2), (4, 2, 32, 4), (4, 4, 32, 4), (8, 2, 64, 2)])
-def test_launches_cut_the_same_staging_into_the_shortest_chunks_their_warps_allow(warps, warps_m, chunk, stages):
-    # Each token-splitting warp needs 16 tokens of a chunk (one k-step of P V).
-    layout = tile_plan.HeadLayout(heads=16 * warps_m, warps_m=warps_m, groups=1, warps=warps)
-    assert cuda.KERNELS.platform.staging(layout) == (chunk, stages)
-    assert chunk // (warps // warps_m) >= 16
-    # The Metal twin stages one 32-token chunk, whatever the layout.
-    assert metal.KERNELS.platform.staging(layout) == (32, 1)
 
 
 def test_eight_warp_blocks_fit_their_states_in_the_staging_memory():
