@@ -14,7 +14,8 @@ shared span S, private tail T per row, batch B):
 
 Outputs of the three are compared before any timing is trusted (and against
 the float64 reference on the smallest cells). Two timings per method, medians
-over repeats after a warm-up:
+over repeats after a warm-up, the methods of a cell interleaved (each repeat
+times every method once, the order rotated from repeat to repeat):
 
 - device: n calls chained by a data dependency (call i+1's q adds 0 x one
   element of call i's output, so MLX's graph cannot overlap them), built
@@ -23,7 +24,9 @@ over repeats after a warm-up:
   of the timed span MLX spends encoding the n calls into CUDA graphs (encode
   ms: close to the device time would mean the host, not the GPU, sets it). This is the
   kernel-level figure. The chain's own ops (a slice, a multiply, a cast, an
-  add) are timed alone as "chain" and subtracted for the net ratios.
+  add) are timed alone as "chain" and subtracted for the net ratios: an
+  upper bound, since alone the chain is host-bound (its encode time is most
+  of it) and costs a GPU-bound method less than that.
 - pipelined: n independent calls, each issued with mx.async_eval, closed by
   mx.synchronize: what a Python caller issuing one call at a time sees, host
   overhead included where it exceeds the device time.
@@ -85,46 +88,71 @@ def chain(call, n: int) -> mx.array:
     return out
 
 
-def timed(call, n: int, reps: int) -> dict:
-    """Per-call seconds, medians over ``reps`` repeats of ``n`` calls (and IQRs)."""
-    device, host, encode, pipelined = [], [], [], []
-    for _ in range(reps):
-        mx.synchronize()
-        start = time.perf_counter()
-        out = chain(call, n)
-        built = time.perf_counter()
-        mx.async_eval(out)
-        encoded = time.perf_counter()
-        mx.synchronize()
-        done = time.perf_counter()
-        host.append((built - start) / n)
-        encode.append((encoded - built) / n)
-        device.append((done - built) / n)
-    for _ in range(reps):
-        mx.synchronize()
-        start = time.perf_counter()
-        for i in range(n):
-            mx.async_eval(call(i, None))
-        mx.synchronize()
-        pipelined.append((time.perf_counter() - start) / n)
-
-    def stats(xs: list[float]) -> tuple[float, float]:
-        q1, _, q3 = statistics.quantiles(xs, n=4)
-        return statistics.median(xs), q3 - q1
-
-    (d, d_iqr), (h, _), (e, _), (p, p_iqr) = stats(device), stats(host), stats(encode), stats(pipelined)
-    return {"s": d, "iqr_s": d_iqr, "host_s": h, "encode_s": e, "pipelined_s": p, "pipelined_iqr_s": p_iqr}
+def chained_rep(call, n: int) -> tuple[float, float, float]:
+    """One repeat of n chained calls: per-call (device, host build, encode) seconds."""
+    mx.synchronize()
+    start = time.perf_counter()
+    out = chain(call, n)
+    built = time.perf_counter()
+    mx.async_eval(out)
+    encoded = time.perf_counter()
+    mx.synchronize()
+    done = time.perf_counter()
+    return (done - built) / n, (built - start) / n, (encoded - built) / n
 
 
-def measure(call, reps: int, budget: float = 0.03) -> dict:
-    """Warm up (compiles), size the repeat to ~``budget`` seconds, then time."""
+def pipelined_rep(call, n: int) -> float:
+    """One repeat of n independent calls, each issued with mx.async_eval: per-call seconds."""
+    mx.synchronize()
+    start = time.perf_counter()
+    for i in range(n):
+        mx.async_eval(call(i, None))
+    mx.synchronize()
+    return (time.perf_counter() - start) / n
+
+
+def calls_per_repeat(call, budget: float) -> int:
+    """Warm up (compiles), then size a repeat to ~``budget`` seconds."""
     for i in range(3):
         mx.eval(call(i, None))
     start = time.perf_counter()
     for i in range(5):
         mx.eval(call(i, None))
     each = (time.perf_counter() - start) / 5
-    return timed(call, max(3, min(200, int(budget / max(each, 1e-6)))), reps)
+    return max(3, min(200, int(budget / max(each, 1e-6))))
+
+
+def measure_all(calls: dict, reps: int, budget: float = 0.03) -> dict:
+    """Per-call seconds of each named call, medians over ``reps`` repeats (and
+    IQRs). The calls are timed interleaved: every repeat times each once, in
+    an order rotated from repeat to repeat, so no call always runs first (run
+    25 found the call timed first after a cell's arrays are made reading up
+    to 40% slow)."""
+    names = list(calls)
+    sizes = {name: calls_per_repeat(calls[name], budget) for name in names}
+    chained = {name: [] for name in names}
+    pipelined = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            chained[name].append(chained_rep(calls[name], sizes[name]))
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            pipelined[name].append(pipelined_rep(calls[name], sizes[name]))
+
+    def stats(xs: list[float]) -> tuple[float, float]:
+        q1, _, q3 = statistics.quantiles(xs, n=4)
+        return statistics.median(xs), q3 - q1
+
+    results = {}
+    for name in names:
+        device, host, encode = zip(*chained[name])
+        (d, d_iqr), (h, _), (e, _), (p, p_iqr) = stats(device), stats(host), stats(encode), stats(pipelined[name])
+        results[name] = {"s": d, "iqr_s": d_iqr, "host_s": h, "encode_s": e, "pipelined_s": p, "pipelined_iqr_s": p_iqr}
+    return results
+
+
+def measure(call, reps: int, budget: float = 0.03) -> dict:
+    return measure_all({"call": call}, reps, budget)["call"]
 
 
 def copy_bandwidth(reps: int, mib: int) -> float:
@@ -273,8 +301,9 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
               "plan": {"members": len(plan.members), "shared_pages": plan.shared_pages, "chosen": chosen},
               "flat_bytes": cell.flat_bytes, "cascade_bytes": cell.cascade_bytes,
               "cascade_floor_s": cell.cascade_bytes / copy_bw, "flat_floor_s": cell.flat_bytes / copy_bw}
-    for name, call in (("chain", cell.chain_only), ("sdpa", sdpa), ("flat", cell.flat), ("cascade", cell.cascade)):
-        for key, value in measure(call, args.reps).items():
+    arms = {"chain": cell.chain_only, "sdpa": sdpa, "flat": cell.flat, "cascade": cell.cascade}
+    for name, stats in measure_all(arms, args.reps).items():
+        for key, value in stats.items():
             result[f"{name}_{key}"] = value
     if fused_kernels is not None:
         fused_kernels.cascade_break_even_bytes = CASCADE_BREAK_EVEN_BYTES
@@ -313,7 +342,7 @@ def breakdown(args) -> dict:
     cell = Cell(8192, args.tail, 32)
     calls = {"chain": cell.chain_only, **cell.fused_levels(), "cascade_decode": cell.fused_cascade(None),
              "paged_decode_attention": cell.cascade}
-    return {name: measure(call, args.reps) for name, call in calls.items()}
+    return measure_all(calls, args.reps)
 
 
 def table(results: list[dict]) -> str:
