@@ -130,13 +130,14 @@ def measure_all(calls: dict, reps: int, budget: float = 0.03) -> dict:
     to 40% slow)."""
     names = list(calls)
     sizes = {name: calls_per_repeat(calls[name], budget) for name in names}
+    rotations = [names[rep % len(names):] + names[:rep % len(names)] for rep in range(reps)]
     chained = {name: [] for name in names}
     pipelined = {name: [] for name in names}
-    for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+    for order in rotations:
+        for name in order:
             chained[name].append(chained_rep(calls[name], sizes[name]))
-    for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+    for order in rotations:
+        for name in order:
             pipelined[name].append(pipelined_rep(calls[name], sizes[name]))
 
     def stats(xs: list[float]) -> tuple[float, float]:

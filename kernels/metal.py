@@ -123,14 +123,14 @@ PARTIAL_SOURCE = r"""
   // lookup serves all the passes of a page.
   constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
   constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+  const int pass_row = lid / VECS, part = lid % VECS;
+  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // ---- 2. staging ----
     threadgroup T* keys = staged;
     threadgroup T* values = keys + STAGE;
-    const int pass_row = lid / VECS, part = lid % VECS;
-    const size_t page_elements = size_t(BLOCK) * kv_heads * D;
     // The chunk's page lookups first; 64-bit arithmetic only for a page's base.
     size_t page_base[LOOKUPS];
     for (int p = 0; p < LOOKUPS; ++p) {
