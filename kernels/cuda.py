@@ -235,17 +235,18 @@ PARTIAL_SOURCE = r"""
   const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
   const size_t page_elements = size_t(BLOCK) * kv_heads * D;
   // A chunk's page lookups, all in flight together, issued a chunk before its
-  // copies need them (the loop below); 64-bit arithmetic only for a page's
-  // base (a pool may hold over 2^31 elements). Chunks past the tile read its
+  // copies need them (the loop below). They stay raw page numbers until
+  // stage() uses them: arithmetic on a load right after it is issued would
+  // wait out its round trip there, every chunk. Chunks past the tile read its
   // last page: harmless, never staged.
-  auto lookup = [&](int chunk, size_t (&page_base)[LOOKUPS]) {
+  auto lookup = [&](int chunk, int (&pages)[LOOKUPS]) {
     #pragma unroll
     for (int p = 0; p < LOOKUPS; ++p) {
       const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
-      page_base[p] = size_t(indices[page_begin + min(page, page_count - 1)]) * page_elements;
+      pages[p] = indices[page_begin + min(page, page_count - 1)];
     }
   };
-  auto stage = [&](int chunk, int buffer, const size_t (&page_base)[LOOKUPS]) {
+  auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
     T* keys = staged + (2 * buffer) * STAGE;
     T* values = keys + STAGE;
     #pragma unroll
@@ -255,7 +256,9 @@ PARTIAL_SOURCE = r"""
       // Invalid slots read nothing (zero-fill) from a valid slot's page.
       const bool valid = slot >= first_slot && slot < end_slot;
       const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
+      // 64-bit arithmetic only for a page's base (a pool may hold over 2^31 elements).
+      const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * page_elements +
+                        (page_row * kv_heads + kv_head) * D + part * 8;
       mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
       mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
     }
@@ -270,15 +273,15 @@ PARTIAL_SOURCE = r"""
 
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
-  size_t page_base[LOOKUPS];
-  lookup(chunk_begin, page_base);
-  if (chunk_begin < chunk_end) stage(chunk_begin, 0, page_base);   // a tile always holds a token; stay safe if not
-  lookup(chunk_begin + 1, page_base);
+  int pages[LOOKUPS];
+  lookup(chunk_begin, pages);
+  if (chunk_begin < chunk_end) stage(chunk_begin, 0, pages);   // a tile always holds a token; stay safe if not
+  lookup(chunk_begin + 1, pages);
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int buffer = (chunk - chunk_begin) & 1;
     if (chunk + 1 < chunk_end) {
-      stage(chunk + 1, buffer ^ 1, page_base);
-      lookup(chunk + 2, page_base);
+      stage(chunk + 1, buffer ^ 1, pages);
+      lookup(chunk + 2, pages);
       mlxcel::copy_wait<1>();
     } else {
       mlxcel::copy_wait<0>();
@@ -384,26 +387,45 @@ PARTIAL_SOURCE = r"""
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < WM * 16 * D; i += THREADS) {
-    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
-    const int head = (group * WM + wm) * 16 + r;
-    if (head >= heads) continue;
+  // Per row: the split warps' weights, each divided by the row's total once,
+  // and the row's lse; then the rows' D floats, four at a time.
+  float* split_scale = warp_sum + WARPS * 16;                   // [WARPS][16]
+  for (int i = threadIdx.x; i < WM * 16; i += THREADS) {
+    const int wm = i / 16, r = i % 16;
     float top = neg_inf;
     #pragma unroll
     for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
-    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
-    float total = 0.f, value = 0.f;
-    if (top != neg_inf) {
-      #pragma unroll
-      for (int j = 0; j < SPLIT; ++j) {
-        const int w = (j * WM + wm) * 16 + r;
-        const float weight = exp2f(warp_max[w] - top);
-        total += weight * warp_sum[w];
-        value += weight * warp_acc[w * D + d];
-      }
+    float weight[SPLIT], total = 0.f;
+    #pragma unroll
+    for (int j = 0; j < SPLIT; ++j) {
+      const int w = (j * WM + wm) * 16 + r;
+      weight[j] = top == neg_inf ? 0.f : exp2f(warp_max[w] - top);
+      total += weight[j] * warp_sum[w];
     }
-    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
-    if (d == 0) out_lse[out_row] = total > 0.f ? top + log2f(total) : neg_inf;
+    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    #pragma unroll
+    for (int j = 0; j < SPLIT; ++j) split_scale[(j * WM + wm) * 16 + r] = weight[j] * inverse;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head < heads) {
+      out_lse[size_t(tile) * out_heads + kv_head * heads + head] = total > 0.f ? top + log2f(total) : neg_inf;
+    }
+  }
+  __syncthreads();
+  constexpr int QUADS = D / 4;
+  for (int i = threadIdx.x; i < WM * 16 * QUADS; i += THREADS) {
+    const int wm = i / (16 * QUADS), r = (i / QUADS) % 16, quad = i % QUADS;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head >= heads) continue;
+    float4 value = make_float4(0.f, 0.f, 0.f, 0.f);
+    #pragma unroll
+    for (int j = 0; j < SPLIT; ++j) {
+      const int w = (j * WM + wm) * 16 + r;
+      const float scale_j = split_scale[w];
+      const float4 x = reinterpret_cast<const float4*>(warp_acc + w * D)[quad];
+      value.x += scale_j * x.x; value.y += scale_j * x.y; value.z += scale_j * x.z; value.w += scale_j * x.w;
+    }
+    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
+    reinterpret_cast<float4*>(out + out_row * D)[quad] = value;
   }
 """
 

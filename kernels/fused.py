@@ -84,9 +84,9 @@ class Platform:
         """Shared memory of one partial block of ``warps`` warps: the K and V
         chunks of every stage (rows padded by 8 elements so matrix loads hit
         distinct banks), reused after the loop for the warps' states (float32
-        accumulators, max, sum)."""
+        accumulators, max, sum, merge weight)."""
         stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
-        states = warps * HEADS_PER_WARP * (head_dim + 2) * 4
+        states = warps * HEADS_PER_WARP * (head_dim + 3) * 4
         return max(stages, states)
 
 
@@ -105,6 +105,15 @@ def unsupported(q: mx.array, k_pool: mx.array) -> str | None:
     if d % 32 or d > MAX_HEAD_DIM:
         return f"head dim {d} (fused kernels take multiples of 32 up to {MAX_HEAD_DIM})"
     return None
+
+
+def compact_source(text: str) -> str:
+    """Kernel text without comments, indentation or blank lines. MLX rebuilds
+    and hashes a custom kernel's whole source on every call (build_kernel,
+    then std::hash in CustomKernel::eval_gpu), so its length is host time on
+    every launch; line structure is kept for the compiler's messages."""
+    lines = (line.split("//", 1)[0].strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line) + "\n"
 
 
 def poison_from_env() -> float | None:
@@ -138,7 +147,8 @@ class FusedKernels:
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
             shared = p.staging_bytes(head_dim, warps) if kind == "partial" else 0
-            kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, source, p.header, shared)
+            kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
+                                   compact_source(p.header), shared)
             self._kernels[key] = kernel
         return kernel
 

@@ -242,24 +242,39 @@ PARTIAL_SOURCE = r"""
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int i = lid; i < WM * 16 * D; i += THREADS) {
-    const int wm = i / (16 * D), r = (i / D) % 16, d = i % D;
-    const int head = (group * WM + wm) * 16 + r;
-    if (head >= heads) continue;
+  // Per row: the split warps' weights, each divided by the row's total once,
+  // and the row's lse; then the rows' D floats, four at a time.
+  threadgroup float* split_scale = warp_sum + WARPS * 16;       // [WARPS][16]
+  for (int i = lid; i < WM * 16; i += THREADS) {
+    const int wm = i / 16, r = i % 16;
     float top = neg_inf;
     for (int j = 0; j < SPLIT; ++j) top = metal::max(top, warp_max[(j * WM + wm) * 16 + r]);
-    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
-    float total = 0.f, value = 0.f;
-    if (top != neg_inf) {
-      for (int j = 0; j < SPLIT; ++j) {
-        const int w = (j * WM + wm) * 16 + r;
-        const float weight = metal::exp2(warp_max[w] - top);
-        total += weight * warp_sum[w];
-        value += weight * warp_acc[w * D + d];
-      }
+    float weight[SPLIT], total = 0.f;
+    for (int j = 0; j < SPLIT; ++j) {
+      const int w = (j * WM + wm) * 16 + r;
+      weight[j] = top == neg_inf ? 0.f : metal::exp2(warp_max[w] - top);
+      total += weight[j] * warp_sum[w];
     }
-    out[out_row * D + d] = total > 0.f ? value / total : 0.f;
-    if (d == 0) out_lse[out_row] = total > 0.f ? top + metal::log2(total) : neg_inf;
+    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    for (int j = 0; j < SPLIT; ++j) split_scale[(j * WM + wm) * 16 + r] = weight[j] * inverse;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head < heads) {
+      out_lse[size_t(tile) * out_heads + kv_head * heads + head] = total > 0.f ? top + metal::log2(total) : neg_inf;
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  constexpr int QUADS = D / 4;
+  for (int i = lid; i < WM * 16 * QUADS; i += THREADS) {
+    const int wm = i / (16 * QUADS), r = (i / QUADS) % 16, quad = i % QUADS;
+    const int head = (group * WM + wm) * 16 + r;
+    if (head >= heads) continue;
+    float4 value = float4(0.f);
+    for (int j = 0; j < SPLIT; ++j) {
+      const int w = (j * WM + wm) * 16 + r;
+      value += split_scale[w] * reinterpret_cast<threadgroup const float4*>(warp_acc + w * D)[quad];
+    }
+    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
+    reinterpret_cast<device float4*>(out + out_row * D)[quad] = value;
   }
 """
 

@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from mlxcel.kernels.fused import compact_source
+
 PRELUDE = r"""
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -31,7 +33,9 @@ CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat1
 
 def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str, str]],
                      outputs: list[tuple[str, str]], template: list[tuple[str, object]]) -> str:
-    """inputs/outputs: (name, dtype name); template: (name, bool, int or dtype name)."""
+    """inputs/outputs: (name, dtype name); template: (name, bool, int or dtype name).
+    The header and source are compacted as ``FusedKernels`` hands them to MLX."""
+    header, source = compact_source(header), compact_source(source)
     params = []
     for arg, dtype in inputs:
         params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")

@@ -153,6 +153,13 @@ def test_groups_of_one_merge_without_a_kernel(rng):
     np.testing.assert_array_equal(np.array(lse), np.array(lse_in))
 
 
+def test_compact_source_keeps_code_lines_and_drops_comments():
+    text = "  // why\n  #pragma unroll\n\n  for (int i = 0; i < 4; ++i) x += i;   // sum\n"
+    assert fused.compact_source(text) == "#pragma unroll\nfor (int i = 0; i < 4; ++i) x += i;\n"
+    # MLX hashes a kernel's source on every launch: the shipped text is much shorter.
+    assert len(fused.compact_source(cuda.PARTIAL_SOURCE)) < 0.8 * len(cuda.PARTIAL_SOURCE)
+
+
 def test_scale_is_baked_in_log2_units():
     bits = fused.scale_bits(0.125)
     assert np.array([bits], np.int32).view(np.float32)[0] == np.float32(0.125 / np.log(2.0))
