@@ -16,12 +16,16 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
      ldmatrix (transposed for V). Every K/V element is loaded from memory once
      per block and reused by all of its warps' heads.
   4. Online softmax per 32-token step, in registers (FlashAttention-2 style:
-     the S accumulators are repacked as the A operand of the P V product).
+     the S accumulators are repacked as the A operand of the P V product);
+     masks only in steps at a row's ends, rescales only when a row's max
+     outgrows its exponent base by 2^8.
   5. Warps that split a chunk's tokens merge their states in shared memory;
      the block writes normalized o and log2 lse per (tile, head).
 
-Merge kernel: one warp per (group, head): max of the group's lse, then the
-exp2-weighted sum of its states, D/32 contiguous floats per lane.
+Merge kernel: one warp per (group, head): the exp2-weighted sum of the
+group's states, D/32 contiguous floats per lane, their loads issued in batches
+of 16 states (one memory round trip for most groups), relative to the largest
+lse seen so far.
 
 Cascade merge kernel: the same fold for one cascade decode step, one warp per
 (row, head) over the row's level-1 states and, for members, every level-0
@@ -134,17 +138,23 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
   return x + __shfl_xor_sync(0xffffffffu, x, mask);
 }
 
-// Folds states 0..n-1 (lse_at(i): the state's log2 sum, state_at(i): its
-// normalized row, this lane's VEC floats) into total and value, weighted by
-// exp2(lse - top). The fold waits on loads (a warp per output row, few warps
-// per SM): a batch's loads are all issued before any is used. Indices past n
-// read state n-1 again at weight 0; a weightless state (lse -inf) may hold
-// anything, so it is selected away, never multiplied.
+// Folds states 0..n-1 (lse_at(i): the state's log2 sum, state_at(i, k): its
+// normalized row, this lane's VEC floats) into top (the largest lse), total
+// and value, weighted by exp2(lse - top). A batch's loads, lse and rows, are
+// all issued before any is used (a warp per output row, few warps per SM, so
+// the fold waits on memory): up to BATCH states cost one round trip, and a
+// later batch rescales what came before. Indices past n read state n-1 again
+// at weight 0; a weightless state (lse -inf) may hold anything, so it is
+// selected away, never multiplied.
 template <int VEC, typename LseAt, typename StateAt>
-__device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, StateAt state_at, float& total,
+__device__ __forceinline__ void fold_states(int n, LseAt lse_at, StateAt state_at, float& top, float& total,
                                             float (&value)[VEC]) {
-  constexpr int BATCH = 8;
+  constexpr int BATCH = 16;
   const float neg_inf = -infinity();
+  top = neg_inf;
+  total = 0.f;
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   for (int first = 0; first < n; first += BATCH) {
     float lse[BATCH], x[BATCH][VEC];
     #pragma unroll
@@ -154,6 +164,16 @@ __device__ __forceinline__ void fold_states(int n, float top, LseAt lse_at, Stat
       #pragma unroll
       for (int k = 0; k < VEC; ++k) x[b][k] = state_at(i, k);
     }
+    float batch_top = neg_inf;
+    #pragma unroll
+    for (int b = 0; b < BATCH; ++b) batch_top = fmaxf(batch_top, lse[b]);
+    if (batch_top == neg_inf) continue;            // no weight in this batch
+    const float new_top = fmaxf(top, batch_top);
+    const float rescale = exp2f(top - new_top);    // 0 while nothing was weighted
+    total *= rescale;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) value[k] *= rescale;
+    top = new_top;
     #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
       const float weight = exp2f(lse[b] - top);
@@ -179,6 +199,7 @@ PARTIAL_SOURCE = r"""
   constexpr int STRIDE = D + 8;                     // padded shared row: conflict-free ldmatrix
   constexpr int VECS = D / 8;                       // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
+  constexpr float RESCALE_SLACK = 8.f;              // log2 units
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -310,35 +331,54 @@ PARTIAL_SOURCE = r"""
 
         // ---- 4. mask and online softmax ----
         const int slot0 = chunk * CHUNK + token0;
+        if (slot0 < first_slot || slot0 + STEP > end_slot) {   // only a step at the row's ends (warp-uniform)
+          #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
+              if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
+            }
+          }
+        }
         float step_max[2] = {neg_inf, neg_inf};
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
-            if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
-            step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
-          }
+          for (int c = 0; c < 4; ++c) step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
         }
-        float base[2], alpha[2];
+        // The exponent base (row_max) moves only when a row's scores outgrow
+        // it by 2^RESCALE_SLACK, for the whole warp at once: weights stay
+        // <= 2^RESCALE_SLACK, far from float32's range, and most steps skip
+        // rescaling the accumulators (FlashAttention-4's conditional rescale).
+        float top[2];
+        bool grow = false;
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float top = fmaxf(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2));
-          base[r] = top == neg_inf ? 0.f : top;        // nothing valid yet: keep exp2 finite
-          alpha[r] = mlxcel::fast_exp2(row_max[r] - base[r]);
-          row_max[r] = top;
-          row_sum[r] *= alpha[r];
+          top[r] = mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2);
+          grow |= top[r] > row_max[r] + RESCALE_SLACK;
         }
-        #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
-          acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+        if (__any_sync(0xffffffffu, grow)) {
+          float alpha[2];
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float moved = fmaxf(row_max[r], top[r]);
+            alpha[r] = moved == neg_inf ? 1.f : mlxcel::fast_exp2(row_max[r] - moved);
+            row_max[r] = moved;
+            row_sum[r] *= alpha[r];
+          }
+          #pragma unroll
+          for (int dt = 0; dt < DT; ++dt) {
+            acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
+            acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+          }
         }
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base[c >> 1]);
+            const float base = row_max[c >> 1] == neg_inf ? 0.f : row_max[c >> 1];   // nothing valid yet: exp2 -> 0
+            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base);
             row_sum[c >> 1] += s[nt][c];
           }
         }
@@ -440,20 +480,11 @@ MERGE_SOURCE = r"""
   const int group = item / heads, head = item % heads;
   const int begin = indptr[group], end = indptr[group + 1];
 
-  float top = neg_inf;
-  for (int i = begin + lane; i < end; i += 32) top = fmaxf(top, static_cast<float>(lse_in[size_t(i) * heads + head]));
-  #pragma unroll
-  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
-
-  float total = 0.f, value[VEC];
-  #pragma unroll
-  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  if (top != neg_inf) {
-    mlxcel::fold_states(
-        end - begin, top, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
-        [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
-        total, value);
-  }
+  float top, total, value[VEC];
+  mlxcel::fold_states(
+      end - begin, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
+      [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
+      top, total, value);
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;
@@ -491,18 +522,9 @@ CASCADE_MERGE_SOURCE = r"""
     return i < private_states ? own : shared;
   };
 
-  float top = neg_inf;
-  for (int i = lane; i < states; i += 32) top = fmaxf(top, *lse_of(i));
-  #pragma unroll
-  for (int mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
-
-  float total = 0.f, value[VEC];
-  #pragma unroll
-  for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  if (top != neg_inf) {
-    mlxcel::fold_states(states, top, [&](int i) { return *lse_of(i); },
-                        [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, total, value);
-  }
+  float top, total, value[VEC];
+  mlxcel::fold_states(states, [&](int i) { return *lse_of(i); },
+                      [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, top, total, value);
   TO* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
@@ -516,8 +538,8 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
-# level-0 layout with 4 head-splitting warps, run only by sweeps, takes 170: two
-# such blocks and one level-1 block share an SM, see tests/test_fused_sources.py).
+# level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
+# such blocks per SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2))
 

@@ -65,6 +65,7 @@ PARTIAL_SOURCE = r"""
   constexpr int STAGED_WORDS = STAGE;               // K and V of one stage, 16-bit elements
   constexpr int STATE_WORDS = WARPS * 16 * (D + 2);
   constexpr int SHARED_WORDS = STAGED_WORDS > STATE_WORDS ? STAGED_WORDS : STATE_WORDS;
+  constexpr float RESCALE_SLACK = 8.f;              // log2 units
   const float scale = as_type<float>(SCALE_BITS);
   const float neg_inf = -INFINITY;
 
@@ -171,34 +172,50 @@ PARTIAL_SOURCE = r"""
 
         // ---- 4. mask and online softmax ----
         const int slot0 = chunk * CHUNK + token0;
-        float step_max[2] = {neg_inf, neg_inf};
-        for (int nt = 0; nt < NT; ++nt) {
-          for (int mi = 0; mi < 2; ++mi) {
-            for (int e = 0; e < 2; ++e) {
-              const int slot = slot0 + nt * 8 + fn + e;
-              if (slot < first_slot || slot >= end_slot) s[mi][nt].thread_elements()[e] = neg_inf;
-              step_max[mi] = metal::max(step_max[mi], float(s[mi][nt].thread_elements()[e]));
+        if (slot0 < first_slot || slot0 + STEP > end_slot) {   // only a step at the row's ends (simdgroup-uniform)
+          for (int nt = 0; nt < NT; ++nt) {
+            for (int mi = 0; mi < 2; ++mi) {
+              for (int e = 0; e < 2; ++e) {
+                const int slot = slot0 + nt * 8 + fn + e;
+                if (slot < first_slot || slot >= end_slot) s[mi][nt].thread_elements()[e] = neg_inf;
+              }
             }
           }
         }
-        float base[2], alpha[2];
-        for (int r = 0; r < 2; ++r) {
-          const float top = metal::max(row_max[r], mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 8));
-          base[r] = top == neg_inf ? 0.f : top;     // nothing valid yet: keep exp2 finite
-          alpha[r] = metal::exp2(row_max[r] - base[r]);
-          row_max[r] = top;
-          row_sum[r] *= alpha[r];
-        }
-        for (int dt = 0; dt < DT; ++dt) {
+        float step_max[2] = {neg_inf, neg_inf};
+        for (int nt = 0; nt < NT; ++nt) {
           for (int mi = 0; mi < 2; ++mi) {
-            acc[mi][dt].thread_elements()[0] *= alpha[mi];
-            acc[mi][dt].thread_elements()[1] *= alpha[mi];
+            for (int e = 0; e < 2; ++e) step_max[mi] = metal::max(step_max[mi], float(s[mi][nt].thread_elements()[e]));
+          }
+        }
+        // The exponent base (row_max) moves only when a row's scores outgrow
+        // it by 2^RESCALE_SLACK, for the whole simdgroup at once (see cuda.py).
+        float top[2];
+        bool grow = false;
+        for (int r = 0; r < 2; ++r) {
+          top[r] = mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 8);
+          grow |= top[r] > row_max[r] + RESCALE_SLACK;
+        }
+        if (metal::simd_any(grow)) {
+          float alpha[2];
+          for (int r = 0; r < 2; ++r) {
+            const float moved = metal::max(row_max[r], top[r]);
+            alpha[r] = moved == neg_inf ? 1.f : metal::exp2(row_max[r] - moved);
+            row_max[r] = moved;
+            row_sum[r] *= alpha[r];
+          }
+          for (int dt = 0; dt < DT; ++dt) {
+            for (int mi = 0; mi < 2; ++mi) {
+              acc[mi][dt].thread_elements()[0] *= alpha[mi];
+              acc[mi][dt].thread_elements()[1] *= alpha[mi];
+            }
           }
         }
         for (int nt = 0; nt < NT; ++nt) {
           for (int mi = 0; mi < 2; ++mi) {
             for (int e = 0; e < 2; ++e) {
-              const float p = metal::exp2(float(s[mi][nt].thread_elements()[e]) - base[mi]);
+              const float base = row_max[mi] == neg_inf ? 0.f : row_max[mi];   // nothing valid yet: exp2 -> 0
+              const float p = metal::exp2(float(s[mi][nt].thread_elements()[e]) - base);
               s[mi][nt].thread_elements()[e] = p;
               row_sum[mi] += p;
             }

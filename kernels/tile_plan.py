@@ -37,7 +37,7 @@ TARGET_BLOCKS = 528
 LEVEL0_TARGET_BLOCKS = 256
 
 # Level 0's warps that split heads (the others split tokens): at most two.
-# Four take 170 registers a lane at D=128 (two blocks per SM), two take 166
+# Four take 176 registers a lane at D=128 (two blocks per SM), two take 164
 # (three). Measured on the H200 (run 13): 8192 x 32 0.073-0.077 ms against
 # 0.083-0.084 uncapped, 2048 x 64 0.075 against 0.088, 8192 x 64 even
 # (0.116 / 0.118); 32768 x 32 loses 6% (0.155 against 0.146).

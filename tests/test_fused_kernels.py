@@ -111,6 +111,29 @@ def test_long_rows_are_split_into_tiles_and_merged(rng, record_property, dtype, 
     check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
 
 
+@pytest.mark.parametrize("growing", [True, False])
+def test_exponent_base_follows_scores_along_a_row(rng, record_property, growing):
+    # Each key gets an offset along its head's query: token t's score is a
+    # small random part plus a ramp from -40 up to 0 (or down from 0), so the
+    # largest score climbs by ~58 log2 units along the row's ten chunks and
+    # the kernel's exponent base has to move again and again mid-row (or is
+    # set by the first step and never moves). The tokens that carry the
+    # weight have small scores, so 16-bit rounding stays at its usual size.
+    block_size, pages, kv_heads, d = 32, 20, 8, 128
+    ids = fresh_blocks(rng, pages)
+    case = make_case(rng, [ids], [pages * block_size], block_size=block_size, kv_heads=kv_heads, group=1,
+                     head_dim=d, dtype=mx.bfloat16)
+    q = np.array(case.q)[0]                                          # [Hkv, D]: one query head per KV head
+    ramp = np.linspace(-40.0, 0.0, pages * block_size)
+    offsets = ramp if growing else ramp[::-1]
+    keys = 0.5 * np.array(case.k_pool.astype(mx.float32))
+    for slot, offset in enumerate(offsets):
+        keys[ids[slot // block_size], slot % block_size] += offset * q / (case.scale * (q * q).sum(-1, keepdims=True))
+    k_pool = mx.array(keys).astype(mx.bfloat16)
+    o, lse = cuda.paged_attention_partial(case.q, k_pool, case.v_pool, case.csr, scale=case.scale)
+    check_partial(record_property, case.q, k_pool, case.v_pool, case.host, case.scale, o, lse, mx.bfloat16)
+
+
 @pytest.mark.parametrize("members", [1, 3, 8, 32, 64])
 def test_stacked_heads_of_a_cascade_level_0(rng, record_property, members):
     # Level 0: one row of full shared pages, M * G stacked heads per KV head:
