@@ -51,6 +51,14 @@ if ! PYTHONPATH=$site python3 -c "import mlx.core" 2>/dev/null; then
   cat /tmp/w/part.* >/tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /tmp/w/*.whl || exit 1
 fi
+# A machine that kept MLX from an earlier call may still lack mlx-lm.
+if [ "${GPU_SUITE_E2E:-0}" != 0 ] && ! PYTHONPATH=$site python3 -c "import mlx_lm" 2>/dev/null; then
+  for d in "$@"; do
+    for w in "$d"/mlx_lm-*.whl; do
+      [ -e "$w" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$w"
+    done
+  done
+fi
 
 # mlxcel.engine and mlxcel.kernels are engine/ and kernels/ (setuptools
 # package-dir); without installing the project, a namespace folder maps them.
