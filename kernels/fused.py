@@ -48,6 +48,9 @@ LOG2E = 1.0 / math.log(2.0)
 KERNEL_DTYPES = (mx.bfloat16, mx.float16)
 MAX_HEAD_DIM = 128        # accumulators (D/2 floats) + Q fragments (D/4 words) per lane stay in registers
 MERGE_THREADS = 128
+# Floats a warp's state row holds in shared memory besides its D accumulators:
+# the row's max, its sum, and its weight in the merge of the token-splitting warps.
+STATE_EXTRA_FLOATS = 3
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
 # A fused cascade step costs more than a flat one besides its reads (two more
@@ -86,7 +89,7 @@ class Platform:
         distinct banks), reused after the loop for the warps' states (float32
         accumulators, max, sum, merge weight)."""
         stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
-        states = warps * HEADS_PER_WARP * (head_dim + 3) * 4
+        states = warps * HEADS_PER_WARP * (head_dim + STATE_EXTRA_FLOATS) * 4
         return max(stages, states)
 
 

@@ -102,6 +102,13 @@ def test_metal_twin_has_the_cuda_sections_in_order():
         assert hasattr(metal, name) and hasattr(cuda, name)
 
 
+def test_metal_sizes_its_state_rows_as_the_host_does():
+    # The Metal kernel declares its threadgroup array itself: its state rows
+    # must hold what the CUDA kernel and the host's staging_bytes count.
+    extra = re.search(r"STATE_WORDS = WARPS \* 16 \* \(D \+ (\d+)\)", metal.PARTIAL_SOURCE)
+    assert extra and int(extra.group(1)) == fused.STATE_EXTRA_FLOATS
+
+
 def test_staging_fits_each_platform():
     cuda_platform, metal_platform = cuda.KERNELS.platform, metal.KERNELS.platform
     assert cuda_platform.staging_bytes(128, cuda_platform.warps) <= 227 * 1024 // 3   # three blocks per H100/H200 SM
