@@ -31,9 +31,21 @@ Cascade merge kernel: the same fold for one cascade decode step, one warp per
 (row, head) over the row's level-1 states and, for members, every level-0
 tile's state at the member's stacked head; writes the output in q's dtype. With
 the stacked-q map of the partial kernel, a cascade step is three launches.
+
+How MLX gets them: each kernel is a device function in one library (the
+header below plus the three bodies), written once to a file; a launch hands
+MLX only an ``#include`` of that file and a one-line call. MLX rebuilds and
+std::hashes a custom kernel's whole text on every launch (run 40 measured
+~0.3 us of host encode per KB on the H200's host), so sending the ~34 KB of
+a cascade step's three kernels cost ~10 us a step.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
 
 import mlx.core as mx
 
@@ -138,16 +150,51 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
   return x + __shfl_xor_sync(0xffffffffu, x, mask);
 }
 
-// Folds states 0..n-1 (lse_at(i): the state's log2 sum, state_at(i, k): its
-// normalized row, this lane's VEC floats) into top (the largest lse), total
-// and value, weighted by exp2(lse - top). A batch's loads, lse and rows, are
-// all issued before any is used (a warp per output row, few warps per SM, so
-// the fold waits on memory): up to BATCH states cost one round trip, and a
-// later batch rescales what came before. Indices past n read state n-1 again
-// at weight 0; a weightless state (lse -inf) may hold anything, so it is
-// selected away, never multiplied.
-template <int VEC, typename LseAt, typename StateAt>
-__device__ __forceinline__ void fold_states(int n, LseAt lse_at, StateAt state_at, float& top, float& total,
+// VEC consecutive elements from p as floats, in as few loads as their width
+// allows (p is aligned to VEC elements).
+template <int VEC>
+__device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
+  if constexpr (VEC % 4 == 0) {
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + k);
+      x[k] = v.x; x[k + 1] = v.y; x[k + 2] = v.z; x[k + 3] = v.w;
+    }
+  } else if constexpr (VEC % 2 == 0) {
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      const float2 v = load_pair(p + k);
+      x[k] = v.x; x[k + 1] = v.y;
+    }
+  } else {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) x[k] = p[k];
+  }
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void load_row(const T* p, float (&x)[VEC]) {
+  if constexpr (VEC % 2 == 0) {
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      const float2 v = load_pair(p + k);
+      x[k] = v.x; x[k + 1] = v.y;
+    }
+  } else {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) x[k] = static_cast<float>(p[k]);
+  }
+}
+
+// Folds states 0..n-1 (lse_at(i): the state's log2 sum, row_at(i): this
+// lane's VEC elements of its normalized row) into top (the largest lse),
+// total and value, weighted by exp2(lse - top). A batch's loads, lse and
+// rows, are all issued before any is used (a warp per output row, few warps
+// per SM, so the fold waits on memory): up to BATCH states cost one round
+// trip, and a later batch rescales what came before. Slots past n load
+// nothing and weigh 0; a weightless state (lse -inf) may hold anything, so it
+// is selected away, never multiplied.
+template <int VEC, typename LseAt, typename RowAt>
+__device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, float& top, float& total,
                                             float (&value)[VEC]) {
   constexpr int BATCH = 16;
   const float neg_inf = -infinity();
@@ -156,13 +203,14 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, StateAt state_a
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   for (int first = 0; first < n; first += BATCH) {
-    float lse[BATCH], x[BATCH][VEC];
+    float lse[BATCH], x[BATCH][VEC] = {};
     #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
-      const int i = min(first + b, n - 1);
-      lse[b] = first + b < n ? lse_at(i) : neg_inf;
-      #pragma unroll
-      for (int k = 0; k < VEC; ++k) x[b][k] = state_at(i, k);
+      lse[b] = neg_inf;
+      if (first + b < n) {
+        lse[b] = lse_at(first + b);
+        load_row(row_at(first + b), x[b]);
+      }
     }
     float batch_top = neg_inf;
     #pragma unroll
@@ -483,7 +531,7 @@ MERGE_SOURCE = r"""
   float top, total, value[VEC];
   mlxcel::fold_states(
       end - begin, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
-      [&](int i, int k) { return static_cast<float>(v_in[(size_t(begin + i) * heads + head) * D + lane * VEC + k]); },
+      [&](int i) { return v_in + (size_t(begin + i) * heads + head) * D + lane * VEC; },
       top, total, value);
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
@@ -494,7 +542,6 @@ MERGE_SOURCE = r"""
 
 CASCADE_MERGE_SOURCE = r"""
   constexpr int VEC = D / 32;                       // contiguous floats per lane
-  const float neg_inf = -mlxcel::infinity();
   const int rows = indptr1_shape[0] - 1;
   const int q_heads = o1_shape[1];
   const int stacked = o0_shape[1];                  // Hkv * M * G
@@ -504,8 +551,12 @@ CASCADE_MERGE_SOURCE = r"""
   const int lane = threadIdx.x % 32;
   if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
   const int row = item / q_heads, head = item % q_heads;
-  const int member = member_of_row[row];
-  const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
+  // The common layouts need no lookup before the states' loads (one round
+  // trip fewer): every row a member, member m being row m (MEMBER_IS_ROW), and
+  // one level-1 state per row, state r being row r's (PRIVATE_ONE).
+  const int member = MEMBER_IS_ROW ? row : member_of_row[row];
+  const int begin = PRIVATE_ONE ? row : indptr1[row];
+  const int private_states = PRIVATE_ONE ? 1 : indptr1[row + 1] - begin;
   const int states = private_states + (member >= 0 ? tiles0 : 0);
   // The member's stacked level-0 head: kv * (M * G) + m * G + g.
   const int head0 = (head / G) * (members * G) + max(member, 0) * G + head % G;
@@ -516,31 +567,73 @@ CASCADE_MERGE_SOURCE = r"""
     const float* shared = lse0 + size_t(i - private_states) * stacked + head0;
     return i < private_states ? own : shared;
   };
-  auto state_of = [&](int i) -> const float* {
+  auto row_of = [&](int i) -> const float* {
     const float* own = o1 + (size_t(begin + i) * q_heads + head) * D;
     const float* shared = o0 + (size_t(i - private_states) * stacked + head0) * D;
-    return i < private_states ? own : shared;
+    return (i < private_states ? own : shared) + lane * VEC;
   };
 
   float top, total, value[VEC];
-  mlxcel::fold_states(states, [&](int i) { return *lse_of(i); },
-                      [&](int i, int k) { return state_of(i)[lane * VEC + k]; }, top, total, value);
+  mlxcel::fold_states(states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
   TO* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
 """
 
 
+# The kernels as device functions around the bodies above (verbatim): a
+# launch passes MLX's parameters through, shapes included, by the same names.
+PARTIAL_SIGNATURE = (
+    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int SCALE_BITS,"
+    " typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape, const T* k_pool,"
+    " const S& k_pool_shape, const T* v_pool, const int32_t* indices, const int32_t* last_page_len,"
+    " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
+MERGE_SIGNATURE = (
+    "template <typename TV, typename TL, int D, typename S>\n__device__ __forceinline__ void merge(const TV* v_in,"
+    " const S& v_in_shape, const TL* lse_in, const int32_t* indptr, const S& indptr_shape, float* out,"
+    " float* out_lse)")
+CASCADE_MERGE_SIGNATURE = (
+    "template <typename TO, int D, int G, bool MEMBER_IS_ROW, bool PRIVATE_ONE, typename S>\n"
+    "__device__ __forceinline__ void cascade_merge(const float* o1, const S& o1_shape, const float* lse1,"
+    " const int32_t* indptr1, const S& indptr1_shape, const float* o0, const S& o0_shape, const float* lse0,"
+    " const int32_t* member_of_row, TO* out)")
+LIBRARY = HEADER + "".join(
+    f"namespace mlxcel {{\n{signature} {{\n{body}}}\n}}  // namespace mlxcel\n"
+    for signature, body in ((PARTIAL_SIGNATURE, PARTIAL_SOURCE), (MERGE_SIGNATURE, MERGE_SOURCE),
+                            (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE)))
+
+PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, k_pool, "
+                "k_pool_shape, v_pool, indices, last_page_len, tiles, members, members_shape, out, out_lse);")
+MERGE_CALL = "mlxcel::merge<TV, TL, D>(v_in, v_in_shape, lse_in, indptr, indptr_shape, out, out_lse);"
+CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, MEMBER_IS_ROW, PRIVATE_ONE>(o1, o1_shape, lse1, indptr1, "
+                      "indptr1_shape, o0, o0_shape, lse0, member_of_row, out);")
+
+
+def library_file(text: str) -> Path:
+    """The library's text in a file named by its digest (written once, atomically)."""
+    folder = Path(tempfile.gettempdir()) / f"mlxcel-kernels-{os.getuid()}"
+    path = folder / f"library-{hashlib.sha1(text.encode()).hexdigest()[:16]}.cuh"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(text)
+        os.replace(staging, path)
+    return path
+
+
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
+    # NVRTC opens an absolute include path itself; the kernel's name carries
+    # the library's digest (fused._kernel), so an edited library never meets
+    # a stale binary.
     return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
-                               header=header, shared_memory=shared_bytes)
+                               header=f'#include "{library_file(header)}"\n', shared_memory=shared_bytes)
 
 
 # 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
-KERNELS = FusedKernels(Platform("cuda", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
+KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2))
 
 

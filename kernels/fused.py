@@ -276,8 +276,9 @@ class FusedKernels:
         if device is None:           # once per layout: the shared view lives as long as the plan
             member_of_row = np.full(rows, -1, np.int32)
             member_of_row[member_rows] = np.arange(len(member_rows), dtype=np.int32)
-            device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row))
-        member_list, member_of_row = device
+            member_is_row = bool((member_of_row == np.arange(rows)).all())
+            device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row), member_is_row)
+        member_list, member_of_row, member_is_row = device
 
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
                                                               level0_pages, level0_warps_m, level0_warps)
@@ -286,7 +287,8 @@ class FusedKernels:
         lanes = rows * hq * 32
         return self._kernel("cascade_merge", d)(
             inputs=[o1, lse1, plan1.row_indptr_device, o0, lse0, member_of_row],
-            template=[("TO", q.dtype), ("D", d), ("G", group)],
+            template=[("TO", q.dtype), ("D", d), ("G", group), ("MEMBER_IS_ROW", member_is_row),
+                      ("PRIVATE_ONE", plan1.one_per_row)],
             grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
             threadgroup=(MERGE_THREADS, 1, 1),
             output_shapes=[(rows, hq, d)],

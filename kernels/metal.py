@@ -341,11 +341,14 @@ CASCADE_MERGE_SOURCE = r"""
   const int lane = thread_index_in_simdgroup;
   if (item >= size_t(rows) * q_heads) return;      // whole simdgroups leave together
   const int row = item / q_heads, head = item % q_heads;
-  const int member = member_of_row[row];
-  const int begin = indptr1[row], private_states = indptr1[row + 1] - begin;
+  // The common layouts need no lookup first: every row a member, member m
+  // being row m (MEMBER_IS_ROW), and one level-1 state per row (PRIVATE_ONE).
+  const int member = MEMBER_IS_ROW ? row : member_of_row[row];
+  const int begin = PRIVATE_ONE ? row : indptr1[row];
+  const int private_states = PRIVATE_ONE ? 1 : indptr1[row + 1] - begin;
   const int states = private_states + (member >= 0 ? tiles0 : 0);
   // The member's stacked level-0 head: kv * (M * G) + m * G + g.
-  const int head0 = (head / G) * (members * G) + member * G + head % G;
+  const int head0 = (head / G) * (members * G) + metal::max(member, 0) * G + head % G;
   // (Metal has no lambdas: the two sources of a state are spelled out twice.)
 
   float top = neg_inf;

@@ -167,14 +167,19 @@ def test_merge_matches_reference(rng, record_property, head_dim):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-5, rtol=0)
 
 
-def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4):
-    ids = iter(fresh_blocks(rng, shared_pages + 4 * members + 8))
+def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4, outsider=True,
+                       tail_pages=3):
+    """``members`` rows behind ``shared_pages`` pages, with 1..tail_pages own
+    pages each, and (``outsider``) one row after them sharing nothing."""
+    blocks = shared_pages + (tail_pages + 1) * members + 8
+    ids = iter(fresh_blocks(rng, blocks))
     shared = [next(ids) for _ in range(shared_pages)]
-    tables = [shared + [next(ids) for _ in range(1 + m % 3)] for m in range(members)]
-    tables.append([next(ids) for _ in range(5)])                   # a row outside the subgroup
+    tables = [shared + [next(ids) for _ in range(tail_pages - m % 3)] for m in range(members)]
+    if outsider:
+        tables.append([next(ids) for _ in range(5)])
     tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
     return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=128,
-                     dtype=dtype, q_dtype=dtype, num_blocks=shared_pages + 4 * members + 8)
+                     dtype=dtype, q_dtype=dtype, num_blocks=blocks)
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
@@ -196,6 +201,26 @@ def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, 
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
     record_property("relative_error_o", error)
     assert error <= REL_TOL[dtype]
+
+
+@pytest.mark.parametrize("outsider, tail_pages", [(False, 3), (True, 3), (False, 40), (True, 40)])
+def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, tail_pages):
+    # The cascade merge skips its row lookups when every row is a member in
+    # order and when every row has one level-1 state (a short tail); each of
+    # the four combinations is a kernel variant of its own.
+    case = shared_prefix_case(rng, mx.bfloat16, members=8, outsider=outsider, tail_pages=tail_pages)
+    plan = plan_cascade(case.csr, ON)
+    layout = attention.cascade_layout(case.csr, plan)
+    private = layout.private_view(case.csr)
+    _, (_, level1) = cuda.KERNELS.cascade_levels(32, 8, len(plan.members), layout.shared, private)
+    assert (list(plan.members) == list(range(case.csr.num_rows))) == (not outsider)
+    assert level1.one_per_row == (tail_pages == 3)
+    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, private, plan.members, scale=case.scale)
+    o = np.array(o.astype(mx.float32))
+    assert not np.isnan(o).any(), "an output element was never written"
+    error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[mx.bfloat16]
 
 
 def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -29,7 +30,7 @@ def block_registers(registers: int, warps: int = 4) -> int:
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
     p = cuda.KERNELS.platform
     return translation_unit(
-        "partial", cuda.HEADER, cuda.PARTIAL_SOURCE,
+        "partial", cuda.LIBRARY, cuda.PARTIAL_CALL,
         [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
          ("tiles", "int32"), ("members", "int32")],
         [("out", "float32"), ("out_lse", "float32")],
@@ -73,20 +74,49 @@ def test_four_head_splitting_warps_fit_two_blocks_per_sm(tmp_path):
 
 
 @needs_nvcc
-def test_merge_kernel_compiles(tmp_path):
-    unit = translation_unit("merge", cuda.HEADER, cuda.MERGE_SOURCE,
-                            [("v_in", "float32"), ("lse_in", "float32"), ("indptr", "int32")],
+@pytest.mark.parametrize("dtype, head_dim", [("float32", 128), ("bfloat16", 128), ("float16", 64), ("float32", 96)])
+def test_merge_kernel_compiles(tmp_path, dtype, head_dim):
+    # Rows load as float4/float2/pairs/scalars by the lanes' width (D / 32).
+    unit = translation_unit("merge", cuda.LIBRARY, cuda.MERGE_CALL,
+                            [("v_in", dtype), ("lse_in", "float32"), ("indptr", "int32")],
                             [("out", "float32"), ("out_lse", "float32")],
-                            [("TV", "float32"), ("TL", "float32"), ("D", 128)])
+                            [("TV", dtype), ("TL", "float32"), ("D", head_dim)])
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
 @needs_nvcc
-def test_cascade_merge_kernel_compiles(tmp_path):
-    unit = translation_unit("cascade_merge", cuda.HEADER, cuda.CASCADE_MERGE_SOURCE,
+@pytest.mark.parametrize("member_is_row, private_one", [(True, True), (False, False)])
+def test_cascade_merge_kernel_compiles(tmp_path, member_is_row, private_one):
+    unit = translation_unit("cascade_merge", cuda.LIBRARY, cuda.CASCADE_MERGE_CALL,
                             [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
                              ("lse0", "float32"), ("member_of_row", "int32")],
-                            [("out", "bfloat16")], [("TO", "bfloat16"), ("D", 128), ("G", 4)])
+                            [("out", "bfloat16")], [("TO", "bfloat16"), ("D", 128), ("G", 4),
+                                                    ("MEMBER_IS_ROW", member_is_row), ("PRIVATE_ONE", private_one)])
+    assert resources(compile_unit(unit, tmp_path))[1] == 0
+
+
+def test_cuda_launches_hand_mlx_an_include_and_a_call(monkeypatch):
+    # MLX rebuilds and hashes a custom kernel's whole text on every launch:
+    # the library goes to a file once, a launch carries a few hundred bytes.
+    made = {}
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **kwargs: made.update(kwargs))
+    library = fused.compact_source(cuda.LIBRARY)
+    cuda.make_kernel("k", fused.PARTIAL_INPUTS, fused.STATE_OUTPUTS, cuda.PARTIAL_CALL, library, 0)
+    path = Path(re.fullmatch(r'#include "(.+)"\n', made["header"]).group(1))
+    assert path.is_absolute() and path.read_text() == library
+    assert len(made["header"]) + len(made["source"]) < 400 < len(library) // 20
+    assert cuda.library_file(library) == path                                  # written once per text
+    assert cuda.library_file(library + "\n") != path
+
+
+@needs_nvcc
+def test_the_include_form_compiles(tmp_path):
+    header = f'#include "{cuda.library_file(fused.compact_source(cuda.LIBRARY))}"\n'
+    unit = translation_unit("cascade_merge", header, cuda.CASCADE_MERGE_CALL,
+                            [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
+                             ("lse0", "float32"), ("member_of_row", "int32")],
+                            [("out", "float16")], [("TO", "float16"), ("D", 64), ("G", 8),
+                                                   ("MEMBER_IS_ROW", False), ("PRIVATE_ONE", True)])
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
