@@ -8,6 +8,7 @@ The portable backend (MLX ops) runs everywhere. Fused backends register in
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -46,10 +47,17 @@ def _gpu_platform() -> str | None:
     return "cuda" if mx.cuda.is_available() else None
 
 
+@functools.cache
+def _module(name: str) -> ModuleType:
+    # import_module costs ~5 us even for a loaded module: backend() runs
+    # several times per layer of every decode step.
+    return importlib.import_module(f".{name}", __name__)
+
+
 def _fused_backend(requested: bool) -> ModuleType | None:
     platform = _gpu_platform() or ""
     name = FUSED_BACKENDS.get(platform) or (OPT_IN_BACKENDS.get(platform) if requested else None)
-    return importlib.import_module(f".{name}", __name__) if name else None
+    return _module(name) if name else None
 
 
 def backend() -> ModuleType:

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
+from .portable import requested_width
 from .tile_plan import (HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles,
                         head_layout)
 
@@ -69,6 +70,34 @@ STATE_OUTPUTS = ["out", "out_lse"]
 
 # (name, input names, output names, source, header, dynamic shared bytes) -> kernel
 KernelFactory = Callable[[str, list, list, str, str, int], Callable]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel with everything but its inputs decided (template constants,
+    grid, output shapes): what a step's layout and shapes fix, so a decode
+    step that keeps its layout passes only arrays (the host's Python work per
+    launch is decode time on a host-bound step)."""
+
+    kernel: Callable
+    options: dict
+
+    def __call__(self, inputs: list, init_value: float | None) -> list[mx.array]:
+        return self.kernel(inputs=inputs, init_value=init_value, **self.options)
+
+
+@dataclass(frozen=True)
+class CascadeStep:
+    """A cascade decode step's three launches and the device arrays of its layout."""
+
+    level0: Launch
+    level1: Launch
+    merge: Launch
+    geometry0: mx.array
+    geometry1: mx.array
+    indptr1: mx.array
+    member_list: mx.array
+    member_of_row: mx.array
 
 
 @dataclass(frozen=True)
@@ -155,28 +184,33 @@ class FusedKernels:
             self._kernels[key] = kernel
         return kernel
 
-    def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
-                      geometry: mx.array, layout: HeadLayout, scale: float,
-                      members: mx.array | None = None) -> tuple[mx.array, mx.array]:
-        """One launch: the states of every tile, o [S, Hkv * heads, D] float32,
-        lse [S, Hkv * heads] log2. With ``members`` (cascade level 0) the
-        kernel stacks those rows' heads itself, kv-head-major, reading q
+    def partial_launch(self, q: mx.array, k_pool: mx.array, tiles: int, layout: HeadLayout, scale: float,
+                       stacked: bool) -> Launch:
+        """The partial kernel over ``tiles`` tiles: states o [S, Hkv * heads, D]
+        float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
+        kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place."""
-        tiles, d, hkv = geometry.shape[0], q.shape[-1], k_pool.shape[2]
+        d, hkv = q.shape[-1], k_pool.shape[2]
         p = self.platform
-        return self._kernel("partial", d, layout.warps)(
-            inputs=[q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
-                    self._no_members if members is None else members],
+        return Launch(self._kernel("partial", d, layout.warps), dict(
             # The page size is a template constant: page lookups become shifts.
             template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
-                      ("WM", layout.warps_m), ("STACKED", members is not None), ("WARPS", layout.warps),
+                      ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
                       ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
             grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
             threadgroup=(layout.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
             output_dtypes=[mx.float32, mx.float32],
-            init_value=self.poison,
-        )
+        ))
+
+    def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+                      geometry: mx.array, layout: HeadLayout, scale: float,
+                      members: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """One launch: the states of every tile (see partial_launch); with
+        ``members``, cascade level 0."""
+        launch = self.partial_launch(q, k_pool, geometry.shape[0], layout, scale, members is not None)
+        return launch([q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
+                       self._no_members if members is None else members], self.poison)
 
     @cached_property
     def _no_members(self) -> mx.array:
@@ -206,11 +240,19 @@ class FusedKernels:
             raise ValueError(f"{hq} query heads are not a multiple of {k_pool.shape[2]} KV heads")
         if unsupported(q, k_pool):
             return portable.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
-        layout = head_layout(hq // k_pool.shape[2], self.platform.warps)
-        plan = fused_tiles(csr, chunk_pages, layout, k_pool.shape[2])
+        key = ("fused_flat_step", q.shape, q.dtype, k_pool.shape[1:], k_pool.dtype, scale,
+               requested_width(chunk_pages))
+        step = csr.structure.memo.get(key)
+        if step is None:             # once per layout, as the cascade's launches
+            layout = head_layout(hq // k_pool.shape[2], self.platform.warps)
+            plan = fused_tiles(csr, chunk_pages, layout, k_pool.shape[2])
+            step = csr.structure.memo[key] = (plan, self.partial_launch(q, k_pool, plan.num_tiles, layout, scale,
+                                                                        stacked=False))
+        plan, launch = step
         if plan.num_tiles == 0:
             return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
-        o, lse = self.partial_tiles(q, k_pool, v_pool, csr, plan.geometry, layout, scale)
+        o, lse = launch([q, k_pool, v_pool, csr.indices, csr.last_page_len, plan.geometry, self._no_members],
+                        self.poison)
         if plan.one_per_row:
             return o, lse
         return self.merge_groups(o, lse, plan.row_indptr_device)
@@ -267,31 +309,42 @@ class FusedKernels:
         span), ``members`` the member rows (host ints). ``level0_pages`` fixes
         level 0's tile width, ``level0_warps_m`` caps its head-splitting
         warps and ``level0_warps`` sets its block's warps (benchmark sweeps)."""
+        member_rows = tuple(members)
+        # Everything but the arrays is fixed by the layout and the shapes: built
+        # once per layout (the shared view lives as long as the plan).
+        key = ("fused_cascade_step", private.structure, q.shape, q.dtype, k_pool.shape[1:], k_pool.dtype, scale,
+               member_rows, level0_pages, level0_warps_m, level0_warps)
+        step = shared.structure.memo.get(key)
+        if step is None:
+            step = shared.structure.memo[key] = self._cascade_step(q, k_pool, shared, private, member_rows, scale,
+                                                                   level0_pages, level0_warps_m, level0_warps)
+        o0, lse0 = step.level0([q, k_pool, v_pool, shared.indices, shared.last_page_len, step.geometry0,
+                                step.member_list], self.poison)
+        o1, lse1 = step.level1([q, k_pool, v_pool, private.indices, private.last_page_len, step.geometry1,
+                                self._no_members], self.poison)
+        return step.merge([o1, lse1, step.indptr1, o0, lse0, step.member_of_row], self.poison)[0]
+
+    def _cascade_step(self, q: mx.array, k_pool: mx.array, shared: PagedCsrView, private: PagedCsrView,
+                      member_rows: tuple[int, ...], scale: float, level0_pages: int | None,
+                      level0_warps_m: int | None, level0_warps: int | None) -> CascadeStep:
         rows, hq, d = q.shape
         hkv = k_pool.shape[2]
-        group = hq // hkv
-        member_rows = np.asarray(members, dtype=np.int32)
-        key = ("fused_cascade_members", rows, member_rows.tobytes())
-        device = shared.structure.memo.get(key)
-        if device is None:           # once per layout: the shared view lives as long as the plan
-            member_of_row = np.full(rows, -1, np.int32)
-            member_of_row[member_rows] = np.arange(len(member_rows), dtype=np.int32)
-            member_is_row = bool((member_of_row == np.arange(rows)).all())
-            device = shared.structure.memo[key] = (mx.array(member_rows), mx.array(member_of_row), member_is_row)
-        member_list, member_of_row, member_is_row = device
-
+        member_of_row = np.full(rows, -1, np.int32)
+        member_of_row[list(member_rows)] = np.arange(len(member_rows), dtype=np.int32)
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
                                                               level0_pages, level0_warps_m, level0_warps)
-        o0, lse0 = self.partial_tiles(q, k_pool, v_pool, shared, plan0.geometry, stacked, scale, member_list)
-        o1, lse1 = self.partial_tiles(q, k_pool, v_pool, private, plan1.geometry, flat, scale)
         lanes = rows * hq * 32
-        return self._kernel("cascade_merge", d)(
-            inputs=[o1, lse1, plan1.row_indptr_device, o0, lse0, member_of_row],
-            template=[("TO", q.dtype), ("D", d), ("G", group), ("MEMBER_IS_ROW", member_is_row),
+        merge = Launch(self._kernel("cascade_merge", d), dict(
+            template=[("TO", q.dtype), ("D", d), ("G", hq // hkv),
+                      ("MEMBER_IS_ROW", bool((member_of_row == np.arange(rows)).all())),
                       ("PRIVATE_ONE", plan1.one_per_row)],
             grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
             threadgroup=(MERGE_THREADS, 1, 1),
             output_shapes=[(rows, hq, d)],
             output_dtypes=[q.dtype],
-            init_value=self.poison,
-        )[0]
+        ))
+        return CascadeStep(
+            level0=self.partial_launch(q, k_pool, plan0.num_tiles, stacked, scale, stacked=True),
+            level1=self.partial_launch(q, k_pool, plan1.num_tiles, flat, scale, stacked=False),
+            merge=merge, geometry0=plan0.geometry, geometry1=plan1.geometry, indptr1=plan1.row_indptr_device,
+            member_list=mx.array(np.asarray(member_rows, np.int32)), member_of_row=mx.array(member_of_row))

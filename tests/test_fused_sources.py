@@ -16,6 +16,9 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, translation_unit
 from mlxcel import kernels
+from mlxcel.engine import attention
+from mlxcel.engine.cascade import plan_cascade
+from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
@@ -118,6 +121,40 @@ def test_the_include_form_compiles(tmp_path):
                             [("out", "float16")], [("TO", "float16"), ("D", 64), ("G", 8),
                                                    ("MEMBER_IS_ROW", False), ("PRIVATE_ONE", True)])
     assert resources(compile_unit(unit, tmp_path))[1] == 0
+
+
+def test_launches_are_planned_once_per_layout(rng, monkeypatch):
+    # A decode step that keeps its page layout passes only arrays: the tiles,
+    # template constants and grids are built at the layout's first step. The
+    # kernels are stand-ins that record what each launch was given.
+    launched = []
+
+    def kernel(**_):
+        def run(inputs, init_value, **options):
+            launched.append(options)
+            return [mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]
+        return run
+    monkeypatch.setattr(mx.fast, "cuda_kernel", kernel)
+    kernels = fused.FusedKernels(cuda.KERNELS.platform)
+    planned = []
+    partial_launch = kernels.partial_launch
+    monkeypatch.setattr(kernels, "partial_launch", lambda *args, **kw: planned.append(1) or partial_launch(*args, **kw))
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
+    plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    layout = attention.cascade_layout(case.csr, plan)
+    private = layout.private_view(case.csr)
+
+    def step(scale):
+        return kernels.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, private, plan.members,
+                                      scale=scale)
+    assert step(0.1).shape == case.q.shape and len(planned) == 2 and len(launched) == 3
+    step(0.1)
+    assert len(planned) == 2 and launched[3:] == launched[:3]                   # same layout: nothing planned
+    step(0.2)
+    assert len(planned) == 4 and launched[6] != launched[0]                     # another scale: its own constants
+    kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=0.1)
+    kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=0.1)
+    assert len(planned) == 5
 
 
 def sections(source: str) -> list[str]:
