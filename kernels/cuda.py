@@ -33,11 +33,12 @@ tile's state at the member's stacked head; writes the output in q's dtype. With
 the stacked-q map of the partial kernel, a cascade step is three launches.
 
 How MLX gets them: each kernel is a device function in one library (the
-header below plus the three bodies), written once to a file; a launch hands
-MLX only an ``#include`` of that file and a one-line call. MLX rebuilds and
-std::hashes a custom kernel's whole text on every launch (run 40 measured
-~0.3 us of host encode per KB on the H200's host), so sending the ~34 KB of
-a cascade step's three kernels cost ~10 us a step.
+header below plus the three bodies), written once to a file (the user's
+cache, else the temp directory); a launch hands MLX only an ``#include`` of
+that file and a one-line call. MLX rebuilds and std::hashes a custom
+kernel's whole text on every launch (run 40 measured ~0.3 us of host encode
+per KB on the H200's host), so sending the ~34 KB of a cascade step's three
+kernels cost ~10 us a step.
 """
 
 from __future__ import annotations
@@ -609,16 +610,31 @@ CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, MEMBER_IS_ROW, PRIVATE_ON
                       "indptr1_shape, o0, o0_shape, lse0, member_of_row, out);")
 
 
+def library_folders() -> list[Path]:
+    """Where the library file may live, in order: the user's cache (kept for
+    as long as a server runs: NVRTC reads the file again for every new
+    template instantiation, and temp cleaners remove old files), else the
+    temp directory."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [cache / "mlxcel" / "kernels", Path(tempfile.gettempdir()) / f"mlxcel-kernels-{os.getuid()}"]
+
+
 def library_file(text: str) -> Path:
     """The library's text in a file named by its digest (written once, atomically)."""
-    folder = Path(tempfile.gettempdir()) / f"mlxcel-kernels-{os.getuid()}"
-    path = folder / f"library-{hashlib.sha1(text.encode()).hexdigest()[:16]}.cuh"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(f".{os.getpid()}.tmp")
-        staging.write_text(text)
-        os.replace(staging, path)
-    return path
+    name = f"library-{hashlib.sha1(text.encode()).hexdigest()[:16]}.cuh"
+    for folder in library_folders():
+        path = folder / name
+        try:
+            if not path.exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                staging = path.with_suffix(f".{os.getpid()}.tmp")
+                staging.write_text(text)
+                os.replace(staging, path)
+            return path
+        except OSError as error:
+            failure = error
+    raise RuntimeError(f"cannot write the CUDA kernel library to {name} in any of "
+                       f"{[str(f) for f in library_folders()]}: {failure}")
 
 
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):

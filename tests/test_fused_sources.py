@@ -112,6 +112,17 @@ def test_cuda_launches_hand_mlx_an_include_and_a_call(monkeypatch):
     assert cuda.library_file(library + "\n") != path
 
 
+def test_the_library_file_falls_back_to_the_temp_directory(monkeypatch, tmp_path):
+    # A cache location that cannot hold a folder (here: a file) is skipped.
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    path = cuda.library_file("// a library\n")
+    assert path.parent == cuda.library_folders()[1] and path.read_text() == "// a library\n"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert cuda.library_file("// a library\n").parent == tmp_path / "cache" / "mlxcel" / "kernels"
+
+
 @needs_nvcc
 def test_the_include_form_compiles(tmp_path):
     header = f'#include "{cuda.library_file(fused.compact_source(cuda.LIBRARY))}"\n'
