@@ -47,8 +47,9 @@ class EngineMetrics:
             "mlxcel_paged_decode_launches_total",
             "Paged attention launches by path (cascade is the subset of fused_v2 that ran two levels)",
             ["path"], registry=self.registry)
-        for path in LAUNCH_PATHS:
-            self.paged_decode_launches.labels(path=path)
+        # Every path exported from the start; the children kept, since every
+        # layer of every decode step counts its launch (labels() costs ~5 us).
+        self._launches = {path: self.paged_decode_launches.labels(path=path) for path in LAUNCH_PATHS}
         self.cascade_shared_tokens = Counter(
             "mlxcel_cascade_shared_tokens_total",
             "KV tokens of shared spans attended once by cascade launches", registry=self.registry)
@@ -83,12 +84,9 @@ class EngineMetrics:
 
     def record_decode(self, outcome: DecodeOutcome) -> None:
         """Count one launch and remember it as the latest outcome."""
-        if outcome.kind == GATHER:
-            self.paged_decode_launches.labels(path="gather").inc()
-        else:
-            self.paged_decode_launches.labels(path="fused_v2").inc()
+        self._launches["gather" if outcome.kind == GATHER else "fused_v2"].inc()
         if outcome.kind == CASCADE:
-            self.paged_decode_launches.labels(path="cascade").inc()
+            self._launches["cascade"].inc()
             self.cascade_shared_tokens.inc(outcome.shared_tokens)
             self.cascade_member_sequences.inc(len(outcome.plan.members))
         elif outcome.kind == CASCADE_FALLBACK:
