@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 from pathlib import Path
 
 import mlx.core as mx
@@ -23,6 +24,14 @@ from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
+
+
+@pytest.fixture(autouse=True)
+def kernel_library_in_tmp(monkeypatch, tmp_path):
+    """The CUDA library file these tests write goes to the test's folder, not the user's cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
 
 # Hopper allocates registers per warp in units of 256: a 4-warp block at
 # r registers a lane holds 4 * ceil(32 r / 256) * 256 of an SM's 65536.
@@ -118,7 +127,7 @@ def test_the_library_file_falls_back_to_the_temp_directory(monkeypatch, tmp_path
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     path = cuda.library_file("// a library\n")
-    assert path.parent == cuda.library_folders()[1] and path.read_text() == "// a library\n"
+    assert path.parent.parent == tmp_path / "tmp" and path.read_text() == "// a library\n"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert cuda.library_file("// a library\n").parent == tmp_path / "cache" / "mlxcel" / "kernels"
 
