@@ -152,26 +152,7 @@ __device__ __forceinline__ float lane_sum(float x, int mask) {
 }
 
 // VEC consecutive elements from p as floats, in as few loads as their width
-// allows (p is aligned to VEC elements).
-template <int VEC>
-__device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
-  if constexpr (VEC % 4 == 0) {
-    #pragma unroll
-    for (int k = 0; k < VEC; k += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(p + k);
-      x[k] = v.x; x[k + 1] = v.y; x[k + 2] = v.z; x[k + 3] = v.w;
-    }
-  } else if constexpr (VEC % 2 == 0) {
-    #pragma unroll
-    for (int k = 0; k < VEC; k += 2) {
-      const float2 v = load_pair(p + k);
-      x[k] = v.x; x[k + 1] = v.y;
-    }
-  } else {
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) x[k] = p[k];
-  }
-}
+// allows (p is aligned to VEC elements): pairs, or single elements.
 template <int VEC, typename T>
 __device__ __forceinline__ void load_row(const T* p, float (&x)[VEC]) {
   if constexpr (VEC % 2 == 0) {
@@ -183,6 +164,19 @@ __device__ __forceinline__ void load_row(const T* p, float (&x)[VEC]) {
   } else {
     #pragma unroll
     for (int k = 0; k < VEC; ++k) x[k] = static_cast<float>(p[k]);
+  }
+}
+// Float rows four at a time where VEC allows.
+template <int VEC>
+__device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
+  if constexpr (VEC % 4 == 0) {
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + k);
+      x[k] = v.x; x[k + 1] = v.y; x[k + 2] = v.z; x[k + 3] = v.w;
+    }
+  } else {
+    load_row<VEC, float>(p, x);
   }
 }
 

@@ -143,7 +143,8 @@ def compact_source(text: str) -> str:
     """Kernel text without comments, indentation or blank lines. MLX rebuilds
     and hashes a custom kernel's whole source on every call (build_kernel,
     then std::hash in CustomKernel::eval_gpu), so its length is host time on
-    every launch; line structure is kept for the compiler's messages."""
+    every launch (CUDA hands MLX only an #include of it: cuda.make_kernel);
+    line structure is kept for the compiler's messages."""
     lines = (line.split("//", 1)[0].strip() for line in text.splitlines())
     return "\n".join(line for line in lines if line) + "\n"
 
@@ -209,6 +210,11 @@ class FusedKernels:
         """One launch: the states of every tile (see partial_launch); with
         ``members``, cascade level 0."""
         launch = self.partial_launch(q, k_pool, geometry.shape[0], layout, scale, members is not None)
+        return self._run_partial(launch, q, k_pool, v_pool, csr, geometry, members)
+
+    def _run_partial(self, launch: Launch, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+                     geometry: mx.array, members: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """A partial launch's inputs, in PARTIAL_INPUTS order."""
         return launch([q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
                        self._no_members if members is None else members], self.poison)
 
@@ -251,8 +257,7 @@ class FusedKernels:
         plan, launch = step
         if plan.num_tiles == 0:
             return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
-        o, lse = launch([q, k_pool, v_pool, csr.indices, csr.last_page_len, plan.geometry, self._no_members],
-                        self.poison)
+        o, lse = self._run_partial(launch, q, k_pool, v_pool, csr, plan.geometry)
         if plan.one_per_row:
             return o, lse
         return self.merge_groups(o, lse, plan.row_indptr_device)
@@ -318,10 +323,8 @@ class FusedKernels:
         if step is None:
             step = shared.structure.memo[key] = self._cascade_step(q, k_pool, shared, private, member_rows, scale,
                                                                    level0_pages, level0_warps_m, level0_warps)
-        o0, lse0 = step.level0([q, k_pool, v_pool, shared.indices, shared.last_page_len, step.geometry0,
-                                step.member_list], self.poison)
-        o1, lse1 = step.level1([q, k_pool, v_pool, private.indices, private.last_page_len, step.geometry1,
-                                self._no_members], self.poison)
+        o0, lse0 = self._run_partial(step.level0, q, k_pool, v_pool, shared, step.geometry0, step.member_list)
+        o1, lse1 = self._run_partial(step.level1, q, k_pool, v_pool, private, step.geometry1)
         return step.merge([o1, lse1, step.indptr1, o0, lse0, step.member_of_row], self.poison)[0]
 
     def _cascade_step(self, q: mx.array, k_pool: mx.array, shared: PagedCsrView, private: PagedCsrView,
