@@ -18,7 +18,9 @@
 #      and the kernel and decode-path suites (tests/test_fused_kernels.py,
 #      test_kernels.py, test_attention.py, test_cascade_planner.py).
 #   2. The same suites on the portable kernels on the GPU (MLXCEL_KERNELS=portable).
-#   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep).
+#   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep),
+#      then benchmarks/gpu_timeline.py (the GPU's own kernel timestamps at the
+#      headline cell) where torch is importable.
 #   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel);
 #      GPU_SUITE_E2E=only runs this step alone.
 # Runs well under 10 minutes without step 4; step 4 adds about 4.
@@ -89,6 +91,11 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
   step tests_portable env MLXCEL_KERNELS=portable \
     python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tests/test_attention.py
   step attention_bench python3 benchmarks/gpu_attention_bench.py --out "$out" --sweep
+  # The GPU's own timestamps of the headline cell (CUPTI through PyTorch's
+  # profiler), where PyTorch is installed.
+  if python3 -c "import torch" 2>/dev/null; then
+    step timeline python3 benchmarks/gpu_timeline.py --out "$out"
+  fi
 fi
 if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
   step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"

@@ -1,0 +1,47 @@
+"""The GPU attention bench's timing chain (runs on any device): the dependency
+it threads from call to call must change no input, or a chained method would
+compute something else than the method timed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpu_attention_bench as bench  # noqa: E402
+
+
+def test_depend_adds_exactly_zero():
+    mx.random.seed(7)
+    for dtype in (mx.bfloat16, mx.float16, mx.float32):
+        x = (mx.random.normal((3, 5, 8)) * 100).astype(dtype)
+        previous = mx.random.normal((4, 6)) * 1e4     # large values: 0 x them must still be exactly 0
+        got = bench.depend(x, previous)
+        assert got.dtype == x.dtype
+        assert np.array_equal(np.array(got.astype(mx.float32)), np.array(x.astype(mx.float32)))
+    # The dependency is real data flow (what keeps MLX from overlapping chained
+    # calls): 0 x inf is NaN, so an infinite first element reaches every output.
+    poisoned = bench.depend(mx.ones((2, 3)), mx.array([np.inf, 1.0]))
+    assert np.isnan(np.array(poisoned)).all()
+
+
+def test_chain_threads_each_output_into_the_next_call():
+    """Call i sees call i-1's output, and the chain's result is the last call's own output."""
+    mx.random.seed(8)
+    queries = [mx.random.normal((2, 4, 16)) for _ in range(3)]
+    weight = mx.random.normal((16, 16))
+    seen = []
+
+    def call(i, dep):
+        seen.append(dep)
+        q = queries[i % 3]
+        return (q if dep is None else bench.depend(q, dep)) @ weight
+
+    out = bench.chain(call, 5)
+    assert seen[0] is None and all(d is not None for d in seen[1:])
+    np.testing.assert_array_equal(np.array(out), np.array(queries[4 % 3] @ weight))
+    device, host, encode, with_fixed = bench.chained_rep(call, 8)
+    assert host > 0 and encode >= 0 and with_fixed > 0
