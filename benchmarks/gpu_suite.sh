@@ -20,7 +20,8 @@
 #   2. The same suites on the portable kernels on the GPU (MLXCEL_KERNELS=portable).
 #   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep),
 #      then benchmarks/gpu_timeline.py (the GPU's own kernel timestamps at the
-#      headline cell) where torch is importable.
+#      headline cell) where torch is importable, and
+#      benchmarks/gpu_flashinfer_bench.py where .fi-bundle/ was carried.
 #   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel);
 #      GPU_SUITE_E2E=only runs this step alone.
 # Runs well under 10 minutes without step 4; step 4 adds about 4.
@@ -95,6 +96,13 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
   # profiler), where PyTorch is installed.
   if python3 -c "import torch" 2>/dev/null; then
     step timeline python3 benchmarks/gpu_timeline.py --out "$out"
+  fi
+  # FlashInfer's cascade beside ours where its bundle was carried
+  # (scripts/flashinfer_bundle.sh builds .fi-bundle/; its JIT uses this nvcc).
+  if [ -f "$root/.fi-bundle/install.sh" ]; then
+    step flashinfer_install bash "$root/.fi-bundle/install.sh" /tmp/fisite
+    step flashinfer_bench env PYTHONPATH="/tmp/fisite:$PYTHONPATH" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+      python3 benchmarks/gpu_flashinfer_bench.py --out "$out"
   fi
 fi
 if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
