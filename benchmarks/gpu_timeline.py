@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
-import torch  # noqa: F401  (CUPTI through torch.profiler)
-from torch.profiler import ProfilerActivity, profile, record_function
 
 import gpu_attention_bench as bench
 
@@ -46,6 +44,8 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def traced_chain(call, n: int) -> tuple[dict, list[dict]]:
     """n chained calls under the profiler: host-clock figures and the trace's complete events."""
+    from torch.profiler import ProfilerActivity, profile, record_function  # CUPTI; imported where it runs
+
     mx.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         begin = time.perf_counter()

@@ -45,3 +45,32 @@ def test_chain_threads_each_output_into_the_next_call():
     np.testing.assert_array_equal(np.array(out), np.array(queries[4 % 3] @ weight))
     device, host, encode, with_fixed = bench.chained_rep(call, 8)
     assert host > 0 and encode >= 0 and with_fixed > 0
+
+
+def test_timeline_counts_concurrent_kernels_once():
+    import gpu_timeline
+
+    # two overlapping kernels (level 0 and level 1 of a step), then a later one
+    assert gpu_timeline.union_length([(0, 10), (2, 12), (20, 25)]) == 17
+    assert gpu_timeline.union_length([(5, 6), (0, 10)]) == 10
+    assert gpu_timeline.union_length([]) == 0
+
+
+def test_timeline_summary_of_a_synthetic_trace():
+    """Two calls of three kernels each, the first two of each call concurrent, as CUPTI reports them."""
+    import gpu_timeline
+
+    def kernel(name, ts, dur):
+        return {"ph": "X", "cat": "kernel", "name": f"void mlx::core::cu::{name}(float*)", "ts": ts, "dur": dur,
+                "args": {"grid": [32, 8, 1]}}
+    events = [{"ph": "X", "cat": "user_annotation", "name": "encode", "ts": 100.0, "dur": 50.0},
+              kernel("level0", 200, 30), kernel("level1", 201, 20), kernel("merge", 231, 3),
+              kernel("level0", 240, 30), kernel("level1", 241, 20), kernel("merge", 271, 3)]
+    summary = gpu_timeline.summarize(2, {"wall_us": 90.0}, events)
+    assert summary["kernels_per_call"] == 3
+    assert summary["busy_us_per_call"] == 33                 # [200, 230] + [231, 234]; [240, 270] + [271, 274]
+    assert summary["span_us_per_call"] == 37
+    assert summary["idle_us_per_call"] == (74 - 66) / 2
+    assert summary["first_kernel_after_encode_us"] == 100
+    assert summary["kernel_median_us"] == {"level0 grid [32, 8, 1]": 30, "level1 grid [32, 8, 1]": 20,
+                                           "merge grid [32, 8, 1]": 3}
