@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,9 +49,7 @@ def gpu_busy(run, n: int) -> tuple[float, float]:
         for i in range(n):
             run(i)
         torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        kernels = [e for e in json.load(open(f.name))["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = [e for e in timeline.complete_events(prof) if e.get("cat") == "kernel"]
     return timeline.union_length([(e["ts"], e["ts"] + e["dur"]) for e in kernels]) / n, len(kernels) / n
 
 

@@ -42,6 +42,13 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def complete_events(prof) -> list[dict]:
+    """A finished torch.profiler session's complete ("X") trace events, kernels and annotations alike."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        return [e for e in json.load(open(f.name))["traceEvents"] if e.get("ph") == "X"]
+
+
 def traced_chain(call, n: int) -> tuple[dict, list[dict]]:
     """n chained calls under the profiler: host-clock figures and the trace's complete events."""
     from torch.profiler import ProfilerActivity, profile, record_function  # CUPTI; imported where it runs
@@ -56,11 +63,8 @@ def traced_chain(call, n: int) -> tuple[dict, list[dict]]:
         encoded = time.perf_counter()
         mx.synchronize()
         done = time.perf_counter()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        events = [e for e in json.load(open(f.name))["traceEvents"] if e.get("ph") == "X"]
     return {"wall_us": (done - built) / n * 1e6, "encode_us": (encoded - built) / n * 1e6,
-            "build_us": (built - begin) / n * 1e6}, events
+            "build_us": (built - begin) / n * 1e6}, complete_events(prof)
 
 
 def summarize(n: int, timing: dict, events: list[dict]) -> dict:

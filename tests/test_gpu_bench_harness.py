@@ -74,3 +74,19 @@ def test_timeline_summary_of_a_synthetic_trace():
     assert summary["first_kernel_after_encode_us"] == 100
     assert summary["kernel_median_us"] == {"level0 grid [32, 8, 1]": 30, "level1 grid [32, 8, 1]": 20,
                                            "merge grid [32, 8, 1]": 3}
+
+
+def test_timeline_reads_complete_events_of_an_exported_trace():
+    import json
+
+    import gpu_timeline
+
+    class ExportingProfiler:  # torch.profiler's export, as far as complete_events uses it
+        def export_chrome_trace(self, path):
+            Path(path).write_text(json.dumps({"traceEvents": [
+                {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0},
+                {"ph": "i", "cat": "instant", "name": "marker", "ts": 3.0},
+                {"ph": "X", "cat": "user_annotation", "name": "encode", "ts": 0.0, "dur": 5.0}]}))
+
+    events = gpu_timeline.complete_events(ExportingProfiler())
+    assert [e["name"] for e in events] == ["k", "encode"]
