@@ -83,6 +83,14 @@ def load_model(path: str | Path, name: str | None = None) -> LoadedModel:
         model, tokenizer = mlx_lm.load(str(path))
     except Exception as err:  # mlx-lm raises many kinds on bad weights or tokenizers
         raise ModelLoadError(f"could not load {path}: {err}") from err
+    return on_pool(model, tokenizer, name or path.name, path, model_type)
+
+
+def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type: str) -> LoadedModel:
+    """An mlx-lm model of a supported family with its layers made paged (in
+    place: the model no longer runs with mlx-lm's own caches)."""
+    if any(getattr(layer, "use_sliding", False) for layer in model.layers):
+        raise ModelLoadError(f"{name} has sliding-window attention layers, which the paged pool does not serve")
     attn = model.layers[0].self_attn
     head_dim = attn.head_dim if hasattr(attn, "head_dim") else attn.q_proj.weight.shape[0] // attn.n_heads
     dtype = activation_dtype(attn.q_proj)
@@ -90,7 +98,7 @@ def load_model(path: str | Path, name: str | None = None) -> LoadedModel:
         layer.self_attn = PagedAttention(layer.self_attn, index, head_dim)
         layer.mlp = FusedMLP(layer.mlp)
         mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
-    return LoadedModel(model, tokenizer, name or path.name, path, model_type, len(model.layers),
+    return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
                        attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
 
 
