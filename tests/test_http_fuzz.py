@@ -88,7 +88,7 @@ def engine(tiny_loaded):
 @pytest.fixture(scope="module")
 def app_client(engine):
     server = OpenAIServer(engine, DEFAULT_MODEL_NAME, limits=LIMITS)
-    with TestClient(server.app, raise_server_exceptions=True) as client:
+    with TestClient(server.app, base_url="http://localhost", raise_server_exceptions=True) as client:
         yield client
 
 
