@@ -9,12 +9,16 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import resource
+import signal
 import socket
 import statistics
 import time
 
 import httpx
+import psutil
 import pytest
+from cli_process import ServeProcess, cli_env
 from reliability import assert_pool_at_baseline, wait_until
 from serving import running_server
 
@@ -238,3 +242,32 @@ def test_resource_warnings_pass_once_per_interval_with_a_count():
 def test_the_resource_filter_is_on_the_loggers_that_flood(served):
     for name in ("asyncio", "uvicorn.error", "mlxcel.listen"):
         assert logging.getLogger(name).filters.count(RESOURCE_LOG) == 1
+
+
+def test_serve_keeps_its_file_limit_and_outlasts_a_flood(mlxcel_home):
+    """`serve` under a file limit of 256 (hard 3000, below the 4096 that
+    mlx-lm's import used to demand) keeps it, and a burst of 400 silent
+    connections costs a few log lines, not one per accept; once they leave,
+    requests are served. --no-host-check lets any Host in."""
+    limit = (256, 3000)
+    serve = ServeProcess(["--port", "0", "--sessions", "0", "--no-host-check"], cli_env(mlxcel_home),
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limit))
+    try:
+        assert psutil.Process(serve.proc.pid).rlimit(psutil.RLIMIT_NOFILE) == limit
+        assert httpx.get(f"{serve.url}/health", headers={"Host": "evil.example"}, timeout=10).status_code == 200
+        address = tuple(serve.url.removeprefix("http://").rsplit(":", 1))
+        address = (address[0], int(address[1]))
+        before = len(serve.stderr)
+        with contextlib.ExitStack() as stack:
+            for _ in range(400):
+                stack.enter_context(connect(address))
+            time.sleep(1)
+            assert serve.proc.poll() is None
+        assert wait_until(lambda: httpx.get(f"{serve.url}/health", timeout=10).status_code == 200, timeout=15)
+        flood_lines = serve.stderr[before:]
+        assert len(flood_lines) <= 6, flood_lines
+        assert not any("Traceback" in line for line in flood_lines), flood_lines
+        serve.proc.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=30) == 0
+    finally:
+        serve.kill()
