@@ -14,7 +14,6 @@ import contextlib
 import hmac
 import ipaddress
 import json
-import logging
 import time
 import uuid
 
@@ -34,8 +33,6 @@ from .prompts import PromptEncoder
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
 from .sessions import SessionManager, TooManySessions
-
-log = logging.getLogger("mlxcel.server")
 
 
 class OpenAIServer:

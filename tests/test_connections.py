@@ -213,6 +213,7 @@ def test_keep_alive_responses_are_not_delayed(served):
             started = time.perf_counter()
             assert client.get("/health").status_code == 200
             times.append(time.perf_counter() - started)
+    print(f"\nGET /health on a keep-alive connection: median {statistics.median(times) * 1e3:.2f} ms of 20")
     assert statistics.median(times) < 0.02, times
 
 
