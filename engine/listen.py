@@ -52,7 +52,7 @@ def check_bind(host: str, api_key: str | None) -> None:
     except ValueError:
         loopback = host == "localhost"
     if not loopback and not api_key:
-        raise ValueError(f"refusing to bind {host} without an API key: set --api-key or MLXCEL_API_KEY "
+        raise ValueError(f"refusing to bind {host} without an API key: set MLXCEL_API_KEY or --api-key-file "
                          "(only loopback addresses may serve without one)")
 
 
@@ -154,6 +154,8 @@ RESOURCE_LOG = _OncePerInterval()
 
 
 class _Config(uvicorn.Config):
+    """uvicorn's settings and the two _Protocol reads."""
+
     def __init__(self, app, request_timeout: float, max_connections: int, **kwargs) -> None:
         super().__init__(app, **kwargs)
         self.request_timeout = request_timeout
