@@ -59,29 +59,42 @@ class PromptEncoder:
             if chars > self.max_chars:
                 raise ApiError(400, f"the prompt has {chars} characters, more than {self.max_prompt_tokens} "
                                     f"tokens (the limit) can hold", "prompt")
-            ids = await asyncio.get_running_loop().run_in_executor(self._worker, self._encode, request, chars)
-        else:
-            ids = prompt
-        self._check(ids)
-        return ids
+            return await asyncio.get_running_loop().run_in_executor(self._worker, self._encode, request, chars)
+        refusal = self._refusal(prompt)
+        if refusal is not None:
+            raise refusal
+        return prompt
 
     def _encode(self, request: CompletionRequest, chars: int) -> list[int]:
+        """On the worker: tokenize and check; after a large prompt, return the free
+        heap once a refused prompt's ids are dropped too."""
         try:
-            if not request.chat:
-                return list(self.tokenizer.encode(request.prompt))
-            try:
-                return list(self.tokenizer.apply_chat_template(request.prompt, add_generation_prompt=True))
-            except Exception as err:  # the template rejects a conversation it cannot render
-                raise ApiError(400, f"the chat template rejected these messages: {err}", "messages") from None
-        finally:
-            if chars >= RELEASE_HEAP_CHARS:
-                release_free_heap()
+            ids = self._tokenize(request)
+            refusal = self._refusal(ids)
+        except ApiError as err:
+            refusal = err
+        if refusal is not None:
+            ids = None
+        if chars >= RELEASE_HEAP_CHARS:
+            release_free_heap()
+        if refusal is not None:
+            raise refusal
+        return ids
 
-    def _check(self, ids: list[int]) -> None:
+    def _tokenize(self, request: CompletionRequest) -> list[int]:
+        if not request.chat:
+            return list(self.tokenizer.encode(request.prompt))
+        try:
+            return list(self.tokenizer.apply_chat_template(request.prompt, add_generation_prompt=True))
+        except Exception as err:  # the template rejects a conversation it cannot render
+            raise ApiError(400, f"the chat template rejected these messages: {err}", "messages") from None
+
+    def _refusal(self, ids: list[int]) -> ApiError | None:
         if not ids:
-            raise ApiError(400, "the prompt is empty", "prompt")
+            return ApiError(400, "the prompt is empty", "prompt")
         if len(ids) > self.max_prompt_tokens:
-            raise ApiError(400, f"the prompt has {len(ids)} tokens; the limit is {self.max_prompt_tokens}",
-                           "prompt")
+            return ApiError(400, f"the prompt has {len(ids)} tokens; the limit is {self.max_prompt_tokens}",
+                            "prompt")
         if any(not 0 <= t < self.vocab_size for t in ids):
-            raise ApiError(400, f"prompt token ids must lie in [0, {self.vocab_size})", "prompt")
+            return ApiError(400, f"prompt token ids must lie in [0, {self.vocab_size})", "prompt")
+        return None

@@ -123,8 +123,11 @@ def test_the_memory_tokenizing_took_is_given_back(served):
     engine, spy, server = served(limits)
     process = psutil.Process()
     with server as (base, _):
-        small = {"prompt": text_of(1000), "max_tokens": 1}
-        assert httpx.post(f"{base}/v1/completions", json=small, timeout=60).status_code == 200  # warm-up
+        small = {"prompt": text_of(1000), "max_tokens": 2}
+        for _ in range(2):  # warm-up: the model's buffers
+            assert httpx.post(f"{base}/v1/completions", json=small, timeout=60).status_code == 200
+        assert wait_until(lambda: not engine.scheduler.has_work)
+        time.sleep(0.2)  # the engine thread's last step (the reply is sent before it ends)
         gc.collect()
         before = process.memory_info().rss
         for _ in range(2):
@@ -133,5 +136,6 @@ def test_the_memory_tokenizing_took_is_given_back(served):
         gc.collect()
         after = process.memory_info().rss
     # Not given back, the tokenizer's buffers stayed: +216 MiB here (4 MB of text: 1.1 -> 2.2 GiB in the issue).
+    # Given back, -16 to +25 MiB: the 1.2 MB bodies' buffers on both ends of the connection remain as noise.
     print(f"\nRSS {before / MIB:.1f} -> {after / MIB:.1f} MiB around two 1.2M-character prompts")
-    assert after - before < 24 * MIB
+    assert after - before < 64 * MIB
