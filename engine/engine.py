@@ -116,6 +116,16 @@ class Engine:
         return self.loaded.tokenizer
 
     @property
+    def vocab_size(self) -> int:
+        """Token ids a prompt may hold lie in [0, vocab_size)."""
+        return self.loaded.model.args.vocab_size
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens (prompt and completion) one sequence can ever hold: the whole pool."""
+        return self.pool.num_blocks * self.pool.block_size
+
+    @property
     def snapshot(self) -> EngineSnapshot:
         """The engine as it stands between steps, built now (not every step),
         with in `extra` this process's memory and CPU as read now, for viewers
