@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from mlx_lm.utils import _get_classes, load_config, load_tokenizer
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, on_pool
+from mlxcel.engine.runtime import GRAPH_SETTINGS, tune_mlx
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.tiny_model import VOCAB_SIZE, generate_random_model
 
@@ -209,7 +211,9 @@ def main() -> None:
     parser.add_argument("--skip-mlx-lm", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device())}
+    tune_mlx()     # as `mlxcel-tui serve` starts
+    report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),
+                    "mlx_graph_limits": {k: os.environ.get(k) for k in GRAPH_SETTINGS}}
 
     def save() -> None:
         (args.out / "e2e_bench.json").write_text(json.dumps(report, indent=1))

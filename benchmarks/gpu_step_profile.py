@@ -23,7 +23,9 @@ step_profile.json and step_profile.md.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +38,7 @@ import gpu_e2e_bench as e2e
 from gpu_timeline import complete_events, union_length
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, load_model
+from mlxcel.engine.runtime import GRAPH_SETTINGS, tune_mlx
 
 ARMS = {"cascade": True, "flat": False}
 
@@ -66,6 +69,11 @@ def kv_bytes(engine: Engine, cascade: bool) -> int:
     pages = len({p for v in views for p in v.pages}) if cascade else sum(len(v.pages) for v in views)
     g = engine.pool.geometry
     return pages * g.bytes_per_block
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's name without its argument list and namespaces (template constants kept, truncated)."""
+    return kernel.split("(")[0].replace("void ", "").replace("mlx::core::cu::", "")[:80]
 
 
 def gpu_profiler():
@@ -105,10 +113,17 @@ class Window:
             mx.synchronize()
             wall = time.perf_counter() - self.started
             self.prof.__exit__(None, None, None)
-            kernels = [(e["ts"], e["ts"] + e["dur"]) for e in complete_events(self.prof) if e.get("cat") == "kernel"]
+            events = [e for e in complete_events(self.prof) if e.get("cat") == "kernel"]
+            kernels = [(e["ts"], e["ts"] + e["dur"]) for e in events]
+            names = collections.Counter(short_name(e["name"]) for e in events)
+            busy = collections.Counter()
+            for e in events:
+                busy[short_name(e["name"])] += e["dur"]
             self.result = {"profiled": True, "steps": self.steps, "window_wall_ms_per_step": 1e3 * wall / self.steps,
                            "kernels_per_step": len(kernels) / self.steps,
-                           "gpu_busy_ms_per_step": union_length(kernels) / 1e3 / self.steps}
+                           "gpu_busy_ms_per_step": union_length(kernels) / 1e3 / self.steps,
+                           "kernels_by_name_per_step": {n: (c / self.steps, busy[n] / 1e3 / self.steps)
+                                                        for n, c in names.most_common(40)}}
             self.result["gpu_busy_share"] = self.result["gpu_busy_ms_per_step"] / self.result["window_wall_ms_per_step"]
             self.prof = None
 
@@ -163,11 +178,13 @@ def main() -> None:
     parser.add_argument("--copy-mib", type=int, default=1024)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    tune_mlx()     # as `mlxcel-tui serve` starts
 
     loaded = load_model(args.model) if args.model else e2e.random_models(args.model_dir, args.layers)[1]
     vocab = loaded.vocab_size
     batch = e2e.prompts(args.sessions, args.shared, args.suffix, vocab=vocab)
     report = {"device": str(mx.default_device()), "model": loaded.name, "sessions": args.sessions,
+              "mlx_graph_limits": {k: os.environ.get(k) for k in GRAPH_SETTINGS},
               "shared": args.shared, "new_tokens": args.new_tokens,
               "copy_bandwidth_Bps": copy_bandwidth(args.copy_mib), "weight_bytes": weight_bytes(loaded), "arms": {}}
     for name, cascade in ARMS.items():
@@ -180,6 +197,10 @@ def main() -> None:
     report["distinct_tokens"] = len({t for row in tokens[0] for t in row})
     (args.out / "step_profile.json").write_text(json.dumps(report, indent=1))
     text = table(report) + f"\n\ncascade vs flat tokens: {json.dumps(report['arms_agree'])}\n"
+    for name, arm in report["arms"].items():
+        if arm.get("kernels_by_name_per_step"):
+            text += f"\n{name}, kernels per step (count, GPU ms):\n" + "\n".join(
+                f"- {n}: {c:.1f}, {ms:.3f}" for n, (c, ms) in arm["kernels_by_name_per_step"].items()) + "\n"
     (args.out / "step_profile.md").write_text(text)
     print(text)
 

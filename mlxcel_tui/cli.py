@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from mlxcel.engine.limits import ServerLimits
+from mlxcel.engine.runtime import tune_mlx
 
 from . import allocator, blas
 
@@ -323,6 +324,7 @@ def _exit(status: int) -> None:
 def _prepare_process() -> None:
     blas.reexec_with_openblas()
     allocator.keep_heap()
+    tune_mlx()
 
 
 def tui_main() -> None:
