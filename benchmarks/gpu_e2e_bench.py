@@ -5,7 +5,7 @@ and mlx-lm's BatchGenerator, on a random-weight Qwen3-8B-shaped model.
 
 The model (36 layers, hidden 4096, 32 query / 8 KV heads of 128, MLP 12288,
 bf16, the embedded 1024-token vocabulary) is generated on the machine by
-``mlxcel.engine.tiny_model.generate_random_model`` and loaded through the
+``mlxcel.engine.random_model.generate_random_model`` and loaded through the
 engine's ``load_model`` (mlx_lm.load underneath). ``concurrency`` prompts
 share a ``shared``-token prefix and differ in a short suffix; every request
 generates ``new_tokens`` greedy tokens (EOS ignored).
@@ -41,7 +41,7 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import load_model
 from mlxcel.engine.sequence import SamplingParams
-from mlxcel.engine.tiny_model import VOCAB_SIZE, generate_random_model
+from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
 
 QWEN3_8B = dict(model_type="qwen3", num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                 intermediate_size=12288)

@@ -75,13 +75,13 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
     from mlxcel.engine.model import ModelLoadError, load_model
-    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, default_model_path
+    from mlxcel.engine.builtin_models import TINY_MODEL_NAME, tiny_model_path
 
     config = CascadeConfig.from_env()
     config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
                                        ("min_members", min_members)) if v is not None})
     try:
-        loaded = load_model(model) if model else load_model(default_model_path(), DEFAULT_MODEL_NAME)
+        loaded = load_model(model) if model else load_model(tiny_model_path(), TINY_MODEL_NAME)
     except ModelLoadError as err:
         raise CliError(str(err)) from err
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
@@ -92,7 +92,7 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
 
 def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens: int | None) -> str:
     from mlxcel.engine.sessions import synthetic_system_prompt
-    from mlxcel.engine.tiny_model import DEFAULT_SYSTEM_PROMPT
+    from mlxcel.engine.session_prompts import DEFAULT_SYSTEM_PROMPT
 
     if system_prompt:
         try:
@@ -106,7 +106,7 @@ def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens:
 
 def start_sessions(engine, count: int, system_prompt: str, max_tokens: int, turns: int | None = None):
     from mlxcel.engine.sessions import SessionManager
-    from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS
+    from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 
     manager = SessionManager(engine, system_prompt, list(DEFAULT_QUESTIONS), max_tokens=max_tokens, turns=turns)
     manager.add(count)

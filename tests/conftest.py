@@ -24,18 +24,18 @@ def mlxcel_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_path(mlxcel_home):
-    from mlxcel.engine.tiny_model import default_model_path
+    from mlxcel.engine.builtin_models import tiny_model_path
 
-    return default_model_path(mlxcel_home)
+    return tiny_model_path(mlxcel_home)
 
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_path):
     """The embedded model loaded once; engines built on it share its weights."""
     from mlxcel.engine.model import load_model
-    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME
+    from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 
-    return load_model(tiny_model_path, DEFAULT_MODEL_NAME)
+    return load_model(tiny_model_path, TINY_MODEL_NAME)
 
 
 @pytest.fixture

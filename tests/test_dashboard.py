@@ -15,7 +15,8 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import load_model
 from mlxcel.engine.sessions import SessionManager, synthetic_system_prompt
-from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT, default_model_path
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME, tiny_model_path
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
 from mlxcel_tui.app import DashboardApp, settle
 from mlxcel_tui.fake_source import FakeSource, demo_source
 from mlxcel_tui.frame import STALL_LAUNCHES, HostInfo, RateMeter, StallWatch, launch_key, launches
@@ -31,7 +32,7 @@ HOST = HostInfo(300 * 2**20, 50.0, 40 * 2**20, 80 * 2**20, "test BLAS")
 
 @pytest.fixture(scope="module")
 def loaded():
-    return load_model(default_model_path(), DEFAULT_MODEL_NAME)
+    return load_model(tiny_model_path(), TINY_MODEL_NAME)
 
 
 @pytest.fixture

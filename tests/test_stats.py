@@ -32,6 +32,7 @@ def test_run_gives_the_same_tokens_with_cascade_on_and_off(runs):
     assert len(on) == len(off) == 3
     assert [s["completions"] for s in on] == [s["completions"] for s in off]
     assert all(len(s["completions"]) == 1 and 1 <= len(s["completions"][0]) <= 6 for s in on)
+    assert any(len(set(s["completions"][0])) > 1 for s in on)  # equal, and not one token repeated
 
 
 def test_cascade_counts_only_when_on(runs):

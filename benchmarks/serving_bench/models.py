@@ -13,12 +13,12 @@ BENCHMARK_QWEN3_DIRNAME = "benchmark-qwen3-v1"
 
 def resolve_model(name: str) -> Path:
     """The model directory for a name, generating an embedded one if needed."""
-    from mlxcel.engine import tiny_model
+    from mlxcel.engine import builtin_models, random_model
 
     if name == DEFAULT:
-        return tiny_model.default_model_path()
+        return builtin_models.tiny_model_path()
     if name == BENCHMARK_QWEN3:
-        return tiny_model.cached_model_path(BENCHMARK_QWEN3_DIRNAME, tiny_model.BENCHMARK_QWEN3)
+        return random_model.cached_random_model(BENCHMARK_QWEN3_DIRNAME, random_model.BENCHMARK_QWEN3)
     path = Path(name).expanduser()
     if not (path / "config.json").is_file():
         raise SystemExit(f"{name}: not a model directory (no config.json), nor '{DEFAULT}' / '{BENCHMARK_QWEN3}'")
