@@ -24,7 +24,7 @@ from .panels.launch_paths import LaunchPathsPanel
 from .panels.page_map import PageMap
 from .panels.status import StatusLine
 from .panels.subgroups import SubgroupsPanel
-from .source import DataSource, EngineSource, SourceError
+from .source import DataSource, EngineSource, SourceError, SourceFailed, SourceNotReady
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)  # refresh steps for + and -
 CONTROL_ACTIONS = frozenset({"toggle_cascade", "focus_input", "sessions", "toggle_pause"})
@@ -58,15 +58,16 @@ class DashboardApp(App):
     frame: reactive[Frame | None] = reactive(None)
     interval: reactive[float] = reactive(1.0)
     poll_error: reactive[str | None] = reactive(None)
+    preparing: reactive[str | None] = reactive(None)  # what a source that is not ready yet is doing
     message: reactive[tuple[str, str]] = reactive(("", "info"))
     can_control: reactive[bool] = reactive(True)
 
     def __init__(self, source: DataSource, url: str | None = None, refresh: float = 1.0, *,
                  clock: Callable[[], float] = time.monotonic,
-                 host: Callable[[dict], HostInfo] | None = None) -> None:
+                 host: Callable[[dict], HostInfo] | None = None, notice: str | None = None) -> None:
         """clock and host are injectable so tests get deterministic rates and
         host figures; by default they read the monotonic clock and, for an
-        in-process engine, psutil and MLX."""
+        in-process engine, psutil and MLX. A notice starts in the message line."""
         super().__init__()
         self.source = source
         self.url = url
@@ -74,6 +75,8 @@ class DashboardApp(App):
         self.host = host or HostProbe(in_process=isinstance(source, EngineSource))
         self.set_reactive(DashboardApp.interval, self.validate_interval(refresh))
         self.set_reactive(DashboardApp.can_control, source.can_control)
+        if notice:
+            self.set_reactive(DashboardApp.message, (notice, "error"))
         self._rates = RateMeter()
         self._stall = StallWatch()
         self._polls = 0
@@ -82,7 +85,7 @@ class DashboardApp(App):
         self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield HeaderPanel(id="header").data_bind(DashboardApp.frame)
+        yield HeaderPanel(id="header").data_bind(DashboardApp.frame, DashboardApp.preparing)
         with Horizontal(id="body"):
             yield PageMap(id="page-map").data_bind(DashboardApp.frame)
             with Vertical(id="side"):
@@ -91,7 +94,8 @@ class DashboardApp(App):
                 yield ControlsPanel(id="controls").data_bind(DashboardApp.frame)
         yield LatencyPanel(id="latency").data_bind(DashboardApp.frame)
         yield StatusLine(id="status").data_bind(DashboardApp.frame, DashboardApp.interval,
-                                                DashboardApp.poll_error, DashboardApp.message)
+                                                DashboardApp.poll_error, DashboardApp.message,
+                                                DashboardApp.preparing)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -131,6 +135,12 @@ class DashboardApp(App):
             snapshot = self.source.snapshot()
             metrics = self.source.metrics()
             host = self.host(snapshot)
+        except SourceNotReady as err:
+            self.call_from_thread(self.poll_not_ready, str(err))
+            return
+        except SourceFailed:
+            self.call_from_thread(self.exit)
+            return
         except Exception as err:  # any failure is a status line, never a traceback
             self.call_from_thread(self.poll_failed, describe(err))
             return
@@ -142,7 +152,11 @@ class DashboardApp(App):
         self.frame = Frame(snapshot, metrics, self._rates.update(now, metrics), host, stalled,
                            self.source.description, self.url, self.source.can_control, self._polls)
         self.can_control = self.source.can_control
-        self.poll_error = None
+        self.poll_error = self.preparing = None
+        self.poll_finished()
+
+    def poll_not_ready(self, what: str) -> None:
+        self.preparing = what
         self.poll_finished()
 
     def poll_failed(self, error: str) -> None:

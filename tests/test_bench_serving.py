@@ -260,7 +260,7 @@ def test_a_tiny_run_starts_both_servers_and_compares_with_mlx_lm(tiny_model_path
     """Not a timing test: the whole path runs, requests are complete, arms agree,
     and the launch split tells the cascade-on level from the cascade-off one."""
     levels = bench.main(["--shared-prefix-tokens", "64", "--prompt-tokens", "8", "--concurrency", "2",
-                         "--max-tokens", "4", "--min-shared-pages", "1", "--compare-mlx-lm", "default",
+                         "--max-tokens", "4", "--min-shared-pages", "1", "--model", "tiny", "--compare-mlx-lm", "tiny",
                          "--log-dir", str(tmp_path / "logs"), "--json", str(tmp_path / "runs.json")])
     out = capsys.readouterr().out
     level, = levels

@@ -109,7 +109,7 @@ def test_control_changes_without_the_key_change_nothing(keyed):
 
 
 def test_serve_beyond_loopback_with_the_key_from_the_environment(mlxcel_home):
-    serve = ServeProcess(["--host", "0.0.0.0", "--port", "0", "--sessions", "0"],
+    serve = ServeProcess(["tiny", "--host", "0.0.0.0", "--port", "0", "--sessions", "0"],
                          cli_env(mlxcel_home, MLXCEL_API_KEY=KEY))
     try:
         url = serve.url.replace("0.0.0.0", "127.0.0.1")

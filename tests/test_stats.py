@@ -12,7 +12,7 @@ from serving import running_server
 
 from mlxcel_tui.cli import mlxcel
 
-RUN = ["stats", "--run", "--format", "json", "--sessions", "3", "--shared-prefix-tokens", "96",
+RUN = ["stats", "--run", "tiny", "--format", "json", "--sessions", "3", "--shared-prefix-tokens", "96",
        "--max-tokens", "6", "--min-shared-pages", "2"]
 
 
