@@ -95,8 +95,10 @@ def preload_env(library: str, environ: dict[str, str]) -> dict[str, str] | None:
             return None
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(folder), env.get("LD_LIBRARY_PATH")) if p)
     env["LD_PRELOAD"] = ":".join(p for p in (library, env.get("LD_PRELOAD")) if p)
-    if os.path.exists("/bin/true") and subprocess.run(["/bin/true"], env=env, capture_output=True).returncode:
-        return None  # checked on a tiny process first: a failed preload would stop every command
+    if os.path.exists("/bin/true"):  # tried on a tiny process first: a library that cannot load
+        probe = subprocess.run(["/bin/true"], env=env, capture_output=True)  # stops or warns every command
+        if probe.returncode or probe.stderr:
+            return None
     return env
 
 

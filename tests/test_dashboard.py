@@ -24,7 +24,7 @@ from mlxcel_tui.panels import format as fmt
 from mlxcel_tui.panels.latency import scale_top, sparkline, switch_marks
 from mlxcel_tui.panels.launch_paths import LaunchPathsPanel
 from mlxcel_tui.panels.status import StatusLine
-from mlxcel_tui.source import EngineSource, SourceError
+from mlxcel_tui.source import EngineSource, SourceError, StartingSource
 
 SIZE = (160, 48)
 HOST = HostInfo(300 * 2**20, 50.0, 40 * 2**20, 80 * 2**20, "test BLAS")
@@ -299,3 +299,36 @@ def test_latency_sparkline_scale_clip_and_switch_marks():
     assert {str(s.style) for s in line.spans[:2]} == {fmt.CASCADE_OFF}
     assert switch_marks([False, False, True, True, False], None).plain == "  ▲ ▼"
     assert switch_marks([True, True], False).plain == "▲ "
+
+
+async def test_a_starting_source_says_what_is_prepared_then_shows_the_engine(live):
+    engine, sessions = live
+    source = StartingSource()
+    source.progress("converting SmolLM2 (Q4_1 GGUF -> float32)", 3, 272)
+    app = DashboardApp(source, refresh=3600, host=lambda snap: HOST, notice="serving the tiny model instead")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        preparing = "preparing the model: converting SmolLM2 (Q4_1 GGUF -> float32), 3/272 tensors"
+        assert preparing in text_of(app.query_one("#header"))
+        status = text_of(app.query_one(StatusLine))
+        assert preparing in status and "serving the tiny model instead" in status and "failed" not in status
+        assert app.frame is None and not app.can_control
+        await pilot.press("c")  # a control before the engine exists does nothing
+        source.ready(EngineSource(engine, sessions))
+        engine.run_until_idle(max_steps=4)
+        await poll(pilot)
+        assert app.frame is not None and app.can_control and app.preparing is None
+        assert "preparing" not in text_of(app.query_one("#header"))
+        assert app.frame.snapshot["extra"]["blas"]  # an in-process source names the BLAS
+
+
+async def test_a_failed_start_closes_the_dashboard(monkeypatch):
+    source = StartingSource()
+    app = DashboardApp(source, refresh=3600, host=lambda snap: HOST)
+    exits = []
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        monkeypatch.setattr(app, "exit", lambda *args, **kwargs: exits.append(args))
+        source.failed(RuntimeError("the model cache cannot be written"))
+        await poll(pilot)
+    assert exits == [()]
