@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from serving import running_server
 
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 from mlxcel_tui.cli import mlxcel
 
 RUN = ["stats", "--run", "tiny", "--format", "json", "--sessions", "3", "--shared-prefix-tokens", "96",
@@ -79,3 +80,13 @@ def test_unreachable_server_is_a_clear_nonzero_exit():
 def test_url_and_run_are_exclusive():
     result = CliRunner().invoke(mlxcel, ["stats"])
     assert result.exit_code == 2 and "exactly one of --url" in result.output
+
+
+def test_run_table_shows_each_sessions_latest_question_and_answer(runs):
+    first = runs["on"]["sessions"][0]
+    assert first["question"] in DEFAULT_QUESTIONS and first["answer"]
+    result = CliRunner().invoke(mlxcel, [*RUN[:3], "--sessions", "2", "--max-tokens", "4", "--format", "table"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "latest question" in result.stdout and "latest answer" in result.stdout
+    assert "session-1" in result.stdout and DEFAULT_QUESTIONS[0][:12] in result.stdout
