@@ -16,6 +16,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
 from .frame import Frame, HostInfo, HostProbe, RateMeter, StallWatch
+from .answers import AnswersScreen
 from .help import HelpScreen
 from .panels.controls import THRESHOLDS, ControlsPanel
 from .panels.header import HeaderPanel
@@ -44,6 +45,7 @@ class DashboardApp(App):
         Binding("a", "sessions(1)", "+Session", tooltip="Add a built-in client session"),
         Binding("d", "sessions(-1)", "-Session", tooltip="Remove the newest built-in session"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume the engine"),
+        Binding("s", "answers", "Answers", tooltip="Show each session's latest question and answer"),
         Binding("plus,equals_sign", "refresh_rate(-1)", "Faster", tooltip="Poll more often"),
         Binding("minus", "refresh_rate(1)", "Slower", tooltip="Poll less often"),
         Binding("r", "poll", "Refresh", tooltip="Poll the source now"),
@@ -253,6 +255,16 @@ class DashboardApp(App):
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def action_answers(self) -> None:
+        """Read the sessions off the UI thread, then show them."""
+        try:
+            sessions = self.source.session_answers()
+        except Exception as err:
+            self.call_from_thread(self.say, f"no answers: {describe(err)}", "error")
+        else:
+            self.call_from_thread(self.push_screen, AnswersScreen(sessions))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -36,6 +36,7 @@ class DataSource(Protocol):
     def set_cascade(self, **changes) -> dict: ...
     def change_sessions(self, add: int = 0, remove: int = 0) -> None: ...
     def set_paused(self, paused: bool) -> None: ...
+    def session_answers(self) -> list[dict]: ...
 
 
 class EngineSource:
@@ -82,6 +83,12 @@ class EngineSource:
     def set_paused(self, paused: bool) -> None:
         self.engine.set_paused(paused)
 
+    def session_answers(self) -> list[dict]:
+        if self.sessions is None:
+            return []
+        return [{"id": s.id, "label": s.label, "turns": s.turns, "question": s.last_question,
+                 "answer": s.last_answer} for s in list(self.sessions.sessions)]
+
 
 class HttpSource:
     """A running server, read through its public endpoints."""
@@ -125,6 +132,11 @@ class HttpSource:
 
     def set_paused(self, paused: bool) -> None:
         self._request("POST", "/v1/engine", json={"paused": paused})
+
+    def session_answers(self) -> list[dict]:
+        """The server's sessions (it publishes no answers: those show as —)."""
+        response = self._request("GET", "/v1/sessions")
+        return response.json()["sessions"]
 
 
 class SourceNotReady(SourceError):
@@ -186,3 +198,6 @@ class StartingSource:
 
     def set_paused(self, paused: bool) -> None:
         self._source().set_paused(paused)
+
+    def session_answers(self) -> list[dict]:
+        return self._source().session_answers()

@@ -332,3 +332,19 @@ async def test_a_failed_start_closes_the_dashboard(monkeypatch):
         source.failed(RuntimeError("the model cache cannot be written"))
         await poll(pilot)
     assert exits == [()]
+
+
+async def test_answers_key_shows_each_sessions_latest_question_and_answer(live):
+    engine, sessions = live
+    app = DashboardApp(EngineSource(engine, sessions), refresh=3600, host=lambda snap: HOST)
+    async with app.run_test(size=SIZE) as pilot:
+        engine.run_until_idle(max_steps=24)  # every session has finished a turn of 6 tokens
+        assert all(s.turns >= 1 and s.last_answer for s in sessions.sessions)
+        await pilot.press("s")
+        await settle(pilot)
+        shown = text_of(app.screen.query_one("#answers-table"))
+        for s in sessions.sessions:
+            assert s.label in shown and s.last_question[:20] in shown
+        await pilot.press("x")
+        await settle(pilot)
+        assert not app.screen.query("#answers-table")
