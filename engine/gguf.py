@@ -192,6 +192,8 @@ def convert_tensors(tensors: dict[str, mx.array], config: dict, dtype: mx.Dtype,
     bases = sorted({name.rsplit(".", 1)[0] for name in tensors})
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     out = {}
+    if progress:
+        progress(0, len(bases))
     for done, base in enumerate(bases, 1):
         weight = dequantized(tensors, base)
         role = base.rsplit(".", 1)[-1]
