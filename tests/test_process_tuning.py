@@ -50,6 +50,8 @@ def test_without_debians_openblas_the_wheels_one_is_preloaded_with_numpys_libgfo
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.startswith("262144.0 b'OpenBLAS")  # MLX's matmul ran with the library loaded
     assert blas.gfortran_folder(tmp_path) == folder  # intact: reused
+    assert env["OPENBLAS_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
+    assert blas.preload_env(library, {"OPENBLAS_NUM_THREADS": "3"})["OPENBLAS_NUM_THREADS"] == "3"
 
 
 def test_a_library_that_would_not_load_is_never_preloaded(tmp_path):
