@@ -138,9 +138,10 @@ def describe() -> str:
         return "bundled reference BLAS"
     where = "Debian" if any(p in os.environ["LD_PRELOAD"] for p in DEBIAN_OPENBLAS) else "cmeel-openblas wheel"
     try:
-        config = ctypes.CDLL(None).openblas_get_config
-        config.restype = ctypes.c_char_p
-        version = config().decode().split()[1]
-    except (AttributeError, IndexError, OSError):
-        version = ""
-    return f"OpenBLAS {version} ({where}, preloaded)".replace("  ", " ")
+        process = ctypes.CDLL(None)
+        process.openblas_get_config.restype = ctypes.c_char_p
+        version = process.openblas_get_config().decode().split()[1]
+        threads = process.openblas_get_num_threads()
+    except (AttributeError, IndexError, OSError):  # preloaded, but not (yet) loaded in this process
+        return f"OpenBLAS ({where}, preloaded)"
+    return f"OpenBLAS {version} ({where}, preloaded, {threads} thread{'s' * (threads != 1)})"
