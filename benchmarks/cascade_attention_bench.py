@@ -6,8 +6,8 @@ shared span x batch, plus the no-sharing overhead gate.
 
 Every step builds a fresh page-table view (a new page structure), so the
 cascade arm pays the detection scan and the level-1 layout derivation every
-step: the worst case for the overhead gate, where a real engine reuses them
-while block tables are unchanged. Both arms' outputs are compared (and checked
+step: the worst case for the overhead gate, where a real engine keeps its
+decode plan while block tables are unchanged. Both arms' outputs are compared (and checked
 against the float64 reference) before any timing is trusted. Arms are
 interleaved step by step so drift hits both alike; each figure is the median over
 reps of the per-step mean.
@@ -24,8 +24,9 @@ import time
 import mlx.core as mx
 import numpy as np
 
-from mlxcel.engine.attention import cascade_layout, paged_decode_attention
+from mlxcel.engine.attention import cascade_layout
 from mlxcel.engine.cascade import explain_cascade, plan_cascade
+from mlxcel.engine.decode_plan import paged_decode_attention
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.kernels import PagedCsrView, backend_name

@@ -5,10 +5,11 @@
 One decode-attention call per cell (Hq=32, Hkv=8, D=128, bf16, block size 32,
 shared span S, private tail T per row, batch B):
 
-- flat: ``paged_decode_attention`` with cascade off (fused kernel over every
-  row's pages in place, tile merge when a row is split);
-- cascade: the same call with cascade on (planner, level 0 with all members'
-  heads stacked, level 1, merge);
+- flat: the engine's decode plan with cascade off (fused kernel over every
+  row's pages in place, tile merge when a row is split), planned once as the
+  engine plans a step whose layout it has seen, then launched per call;
+- cascade: the same with cascade on (level 0 with all members' heads
+  stacked, level 1, merge);
 - sdpa: ``mx.fast.scaled_dot_product_attention`` over the same K/V gathered
   into contiguous [B, Hkv, S+T, D] arrays (what mlx-lm runs).
 
@@ -58,10 +59,11 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from mlxcel.engine.attention import cascade_layout, paged_decode_attention
+from mlxcel.engine.attention import cascade_layout
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.kernels import PagedCsrView, backend, backend_name, cascade_decline
+from mlxcel.engine.decode_plan import DecodePlan
+from mlxcel.kernels import AttentionShape, PagedCsrView, backend, backend_name, cascade_decline
 from mlxcel.kernels.fused import CASCADE_BREAK_EVEN_BYTES
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode
@@ -229,15 +231,25 @@ class Cell:
         q = self.queries[i % self.sets]
         return q if dep is None else depend(q, dep)
 
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(HQ, HKV, D, DTYPE, DTYPE, BLOCK, self.scale)
+
+    @cached_property
+    def plans(self) -> dict[str, DecodePlan]:
+        """The engine's plans of this cell, made at first use (after the
+        break-even is lifted: see run_cell)."""
+        return {name: DecodePlan(self.csr, config.snapshot(), self.shape) for name, config in
+                (("flat", OFF), ("cascade", ON))}
+
     def flat(self, i: int, dep: mx.array | None = None) -> mx.array:
         s = i % self.sets
-        return paged_decode_attention(self.query(i, dep), self.k_pools[s], self.v_pools[s], self.csr,
-                                      scale=self.scale, config=OFF)
+        return self.plans["flat"].attend(self.query(i, dep), self.k_pools[s], self.v_pools[s], self.csr.last_page_len)
 
     def cascade(self, i: int, dep: mx.array | None = None) -> mx.array:
         s = i % self.sets
-        return paged_decode_attention(self.query(i, dep), self.k_pools[s], self.v_pools[s], self.csr,
-                                      scale=self.scale, config=ON)
+        return self.plans["cascade"].attend(self.query(i, dep), self.k_pools[s], self.v_pools[s],
+                                            self.csr.last_page_len)
 
     def sdpa_call(self):
         """MLX SDPA over contiguous copies of the same K/V, [B, Hq, D] out."""
@@ -267,13 +279,12 @@ class Cell:
         head-splitting warps and block warps fixed (sweeps; None: the
         heuristics)."""
         plan, layout, private = self.cascade_views
-        kernels = backend().KERNELS
+        step = backend().KERNELS.prepare_cascade(self.shape, self.batch, layout.shared, private, plan.members,
+                                                 level0_pages, level0_warps_m, level0_warps)
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
-            return kernels.cascade_decode(self.query(i, dep), self.k_pools[s], self.v_pools[s], layout.shared,
-                                          private, plan.members, scale=self.scale, level0_pages=level0_pages,
-                                          level0_warps_m=level0_warps_m, level0_warps=level0_warps)
+            return step(self.query(i, dep), self.k_pools[s], self.v_pools[s], private.last_page_len)
         return call
 
     def fused_levels(self) -> dict:
@@ -306,7 +317,7 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
     sdpa = cell.sdpa_call()
     # The decode path declines plans under the fused kernels' break-even; time
     # the cascade anyway and record whether the engine would choose it.
-    chosen = cascade_decline(cell.queries[0], cell.k_pools[0], plan.shared_pages, len(plan.members)) is None
+    chosen = cascade_decline(cell.shape, plan.shared_pages, len(plan.members)) is None
     fused_kernels = getattr(backend(), "KERNELS", None)
     if fused_kernels is not None:
         fused_kernels.cascade_break_even_bytes = 0
@@ -364,7 +375,7 @@ def breakdown(args) -> dict:
         return {}
     cell = Cell(8192, args.tail, 32)
     calls = {"chain": cell.chain_only, **cell.fused_levels(), "cascade_decode": cell.fused_cascade(None),
-             "paged_decode_attention": cell.cascade}
+             "decode_plan": cell.cascade}
     return measure_all(calls, args.reps)
 
 

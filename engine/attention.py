@@ -1,8 +1,9 @@
-"""Paged attention for one layer of one engine step.
+"""Paged attention launches for one page layout, prepared once and called by
+every layer.
 
 Single-token decode steps run the paged partial kernel over page tiles plus a
-merge (path ``fused_v2``); when cascade is on and the planner finds a subgroup
-sharing a leading span, the step runs two levels instead (``cascade``):
+merge (``prepare_flat_launch``); a cascade plan runs two levels instead
+(``prepare_cascade_launch``):
 
 - level 0: the shared span once, every member's query heads stacked onto one
   launch as ``h0 = kv_head * (M * G) + m * G + g`` (so the kernel's h // NRep
@@ -10,28 +11,27 @@ sharing a leading span, the step runs two levels instead (``cascade``):
 - level 1: every row over its private suffix (non-members: the whole range);
 - one merge pairing each member's two states.
 
-Multi-token steps gather pages into contiguous K/V and call
-``mx.fast.scaled_dot_product_attention`` (``gather``), before cascade is consulted.
+A fused backend runs the whole cascade in its own three launches; otherwise
+the levels are composed here from the backend's partial and merge launches.
+Multi-token steps gather pages into contiguous K/V and run a dense causal
+attention (``paged_prefill_attention``).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
 
 from mlxcel import kernels
+from mlxcel.kernels import AttentionShape
 from mlxcel.kernels import portable
 from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure
 from mlxcel.kernels.portable import page_tiles
 
-from .cascade import CascadePlan, explain_cascade
-from .config import CascadeConfig, CascadeSettings
-from .metrics import CASCADE, CASCADE_FALLBACK, FLAT, GATHER, DecodeOutcome, EngineMetrics
-
-log = logging.getLogger(__name__)
+from .cascade import CascadePlan
 
 
 def stack_member_heads(q_members: mx.array, num_kv_heads: int) -> mx.array:
@@ -53,7 +53,7 @@ def unstack_member_heads(o: mx.array, lse: mx.array, members: int, num_kv_heads:
 
 @dataclass(frozen=True)
 class CascadeLayout:
-    """Layout-only pieces of a plan's two levels, memoized on the page structure."""
+    """The two levels of a plan over one page layout."""
 
     members: mx.array                 # [M] member rows
     shared: PagedCsrView              # one row over the shared pages, all full
@@ -71,7 +71,8 @@ class CascadeLayout:
         return PagedCsrView(indptr, indices, csr.last_page_len, first, h.block_size, self.private_structure, host)
 
 
-def build_cascade_layout(host: HostCsr, plan: CascadePlan) -> CascadeLayout:
+def cascade_layout(csr: PagedCsrView, plan: CascadePlan) -> CascadeLayout:
+    host = csr.host
     rows, members, span = host.num_rows, np.asarray(plan.members), plan.shared_pages
     skip = np.zeros(rows, np.int64)
     skip[members] = span
@@ -103,68 +104,52 @@ def build_cascade_layout(host: HostCsr, plan: CascadePlan) -> CascadeLayout:
     )
 
 
-def cascade_layout(csr: PagedCsrView, plan: CascadePlan) -> CascadeLayout:
-    key = ("cascade_layout", tuple(plan.members), plan.shared_pages)
-    layout = csr.structure.memo.get(key)
-    if layout is None:
-        layout = csr.structure.memo[key] = build_cascade_layout(csr.host, plan)
-    return layout
+Launch = Callable[[mx.array, mx.array, mx.array, mx.array], mx.array]
 
 
-def flat_launch(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *, scale: float) -> mx.array:
-    return kernels.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale)[0]
+def prepare_flat_launch(csr: PagedCsrView, shape: AttentionShape) -> Launch:
+    """The flat launch over every row's whole range: (q, k_pool, v_pool, last_page_len) -> o in q's dtype."""
+    partial = kernels.prepare_partial(csr, shape)
+    return lambda q, k_pool, v_pool, last_page_len: partial(q, k_pool, v_pool, last_page_len)[0].astype(q.dtype)
 
 
-def cascade_launch(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, plan: CascadePlan,
-                   *, scale: float) -> mx.array:
-    """Two levels and one merge. The shared span is gathered and read once for
-    the whole subgroup, whatever its size."""
+@dataclass(frozen=True)
+class ComposedCascade:
+    """The two levels and the merge as separate backend launches: stack the
+    members' heads, level 0, unstack, level 1, reorder, merge."""
+
+    layout: CascadeLayout
+    level0: Callable
+    level1: Callable
+    merge: Callable
+    kv_heads: int
+
+    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
+        layout, members = self.layout, self.layout.members.shape[0]
+        q0 = stack_member_heads(q[layout.members], self.kv_heads)
+        o0, lse0 = self.level0(q0, k_pool, v_pool, layout.shared.last_page_len)
+        o0, lse0 = unstack_member_heads(o0, lse0, members, self.kv_heads)
+        o1, lse1 = self.level1(q, k_pool, v_pool, last_page_len)
+        states = mx.concatenate([o1, o0])[layout.merge_order]
+        lses = mx.concatenate([lse1, lse0])[layout.merge_order]
+        return self.merge(states, lses)[0].astype(q.dtype)
+
+
+def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: AttentionShape) -> Launch:
+    """The cascade launch of ``plan`` over this layout: (q, k_pool, v_pool,
+    last_page_len) -> o in q's dtype. The shared span is read once for the
+    whole subgroup, whatever its size."""
     layout = cascade_layout(csr, plan)
-    backend = kernels.backend()
-    if hasattr(backend, "cascade_decode") and backend.takes(q, k_pool):
-        # A fused backend runs the same two levels and merge in three launches
-        # (stacking and unstacking inside its kernels): see mlxcel/kernels/fused.py.
-        return backend.cascade_decode(q, k_pool, v_pool, layout.shared, layout.private_view(csr), plan.members,
-                                      scale=scale)
-    num_kv_heads, members = k_pool.shape[2], len(plan.members)
-    q0 = stack_member_heads(q[layout.members], num_kv_heads)
-    o0, lse0 = kernels.paged_attention_partial(q0, k_pool, v_pool, layout.shared, scale=scale)
-    o0, lse0 = unstack_member_heads(o0, lse0, members, num_kv_heads)
-    o1, lse1 = kernels.paged_attention_partial(q, k_pool, v_pool, layout.private_view(csr), scale=scale)
-    states = mx.concatenate([o1, o0])[layout.merge_order]
-    lses = mx.concatenate([lse1, lse0])[layout.merge_order]
-    return kernels.merge_states(states, lses, layout.merge_indptr)[0]
-
-
-_logged_outcomes: set[str] = set()
-
-
-def log_first_launch(outcome: DecodeOutcome) -> None:
-    """Log the first launch of each distinct outcome once per process."""
-    if outcome.kind in _logged_outcomes:
-        return
-    _logged_outcomes.add(outcome.kind)
-    backend = kernels.backend_name()
-    if outcome.kind == CASCADE:
-        plan = outcome.plan
-        log.info("paged decode v2: fused v2 cascade launch (batch %d, %d of them sharing %d pages / %d KV tokens "
-                 "read once; %s kernels)", outcome.batch, len(plan.members), plan.shared_pages,
-                 outcome.shared_tokens, backend)
-    elif outcome.kind == CASCADE_FALLBACK:
-        log.warning("paged decode v2: %s; ran the flat fused v2 launch instead (batch %d, %s kernels)",
-                    outcome.reason, outcome.batch, backend)
-    elif outcome.kind == FLAT:
-        log.info("paged decode v2: fused v2 flat launch (batch %d; %s; %s kernels)",
-                 outcome.batch, outcome.reason, backend)
-    else:
-        log.info("paged decode v2: gather launch (batch %d, %s; contiguous K/V + "
-                 "mx.fast.scaled_dot_product_attention)", outcome.batch, outcome.reason)
-
-
-def record(outcome: DecodeOutcome, metrics: EngineMetrics | None) -> None:
-    log_first_launch(outcome)
-    if metrics is not None:
-        metrics.record_decode(outcome)
+    private = layout.private_view(csr)
+    fused = kernels.prepare_cascade(shape, csr.num_rows, layout.shared, private, plan.members)
+    if fused is not None:
+        return fused
+    members = len(plan.members)
+    return ComposedCascade(layout,
+                           kernels.prepare_partial(layout.shared, shape.stacked(members)),
+                           kernels.prepare_partial(private, shape),
+                           kernels.prepare_merge(layout.merge_indptr, shape.head_dim),
+                           shape.kv_heads)
 
 
 def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
@@ -173,44 +158,8 @@ def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.arra
     return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
 
 
-def paged_decode_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *,
-                           scale: float, config: CascadeConfig | CascadeSettings,
-                           metrics: EngineMetrics | None = None) -> mx.array:
-    """One layer's attention for a step: q [R, Hq, D] (or mlx-lm's [R, Hq, L, D])
-    -> o of the same shape and dtype. L > 1 takes the gather path without
-    consulting cascade; with cascade off the page table is not scanned."""
-    if q.ndim == 4 and q.shape[2] != 1:
-        return paged_prefill_attention(q, k_pool, v_pool, csr, scale=scale, metrics=metrics)
-    rows = q.reshape(q.shape[0], q.shape[1], q.shape[-1])
-    settings = config.snapshot() if isinstance(config, CascadeConfig) else config
-    decision = explain_cascade(csr, settings) if settings.enabled else None
-    plan = decision.plan if decision is not None else None
-    reason = decision.reason if decision else "cascade off"
-    if plan is not None:
-        # The planner counts page reads; the kernels know what a cascade step
-        # costs beyond them and decline plans that save less (fused kernels).
-        declined = kernels.cascade_decline(rows, k_pool, plan.shared_pages, len(plan.members))
-        if declined:
-            plan, reason = None, declined
-    batch = rows.shape[0]
-    if plan is None:
-        o = flat_launch(rows, k_pool, v_pool, csr, scale=scale)
-        outcome = DecodeOutcome(FLAT, batch, None, 0, reason)
-    else:
-        shared_tokens = plan.shared_pages * csr.block_size
-        try:
-            o = cascade_launch(rows, k_pool, v_pool, csr, plan, scale=scale)
-            outcome = DecodeOutcome(CASCADE, batch, plan, shared_tokens, decision.reason)
-        except Exception as error:  # any failure of the planned launch: fall back in the same step
-            o = flat_launch(rows, k_pool, v_pool, csr, scale=scale)
-            outcome = DecodeOutcome(CASCADE_FALLBACK, batch, plan, shared_tokens,
-                                    f"cascade launch failed ({type(error).__name__}: {error})")
-    record(outcome, metrics)
-    return o.astype(q.dtype).reshape(q.shape)
-
-
 def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *,
-                            scale: float, metrics: EngineMetrics | None = None) -> mx.array:
+                            scale: float) -> mx.array:
     """Multi-token step: q [R, Hq, L, D] are each row's last L tokens (their K/V
     already written to the pool), causal. Pages are gathered into contiguous
     K/V for mx.fast.scaled_dot_product_attention (on the CPU, where MLX runs that
@@ -230,6 +179,4 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit
     slot = mx.arange(slots, dtype=mx.int32)
     mask = (slot >= tiles.first_slot[:, None, None]) & (slot <= visible[:, :, None])
-    o = dense_attention(q, keys, values, mask[:, None], scale=scale)
-    record(DecodeOutcome(GATHER, rows, None, 0, f"{length} query tokens per row"), metrics)
-    return o
+    return dense_attention(q, keys, values, mask[:, None], scale=scale)

@@ -28,9 +28,33 @@ class PlannerSettings(Protocol):
 
 
 @dataclass(frozen=True)
+class SharedSpan:
+    """Pages [start, end) of every member's row are the same block ids."""
+
+    members: tuple[int, ...]
+    start: int
+    end: int
+
+    @property
+    def pages(self) -> int:
+        return self.end - self.start
+
+    @property
+    def saved_reads(self) -> int:
+        return self.pages * (len(self.members) - 1)
+
+
+@dataclass(frozen=True)
 class CascadePlan:
     members: list[int]   # row indices, ascending
     shared_pages: int    # leading pages every member shares (never a member's last page)
+    # The spans attended once, outermost first (DESIGN.md, "Several subgroups
+    # and nested spans"); the planner finds one: pages [0, shared_pages) of members.
+    spans: tuple[SharedSpan, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.spans:
+            object.__setattr__(self, "spans", (SharedSpan(tuple(self.members), 0, self.shared_pages),))
 
 
 @dataclass(frozen=True)
@@ -125,15 +149,8 @@ def decide(host: HostCsr, min_shared_pages: int, min_members: int) -> CascadeDec
 
 
 def explain_cascade(csr: PagedCsrView, config: PlannerSettings) -> CascadeDecision:
-    """The decision for this view, memoized on its page structure keyed by the
-    thresholds: every layer of a step, and later steps with an unchanged
-    layout, reuse one scan."""
-    key = ("cascade_decision", config.min_shared_pages, config.min_members)
-    decision = csr.structure.memo.get(key)
-    if decision is None:
-        decision = decide(csr.host, config.min_shared_pages, config.min_members)
-        csr.structure.memo[key] = decision
-    return decision
+    """The decision for this view (a decode step plans once, before its first layer)."""
+    return decide(csr.host, config.min_shared_pages, config.min_members)
 
 
 def plan_cascade(csr: PagedCsrView, config: PlannerSettings) -> CascadePlan | None:

@@ -166,11 +166,8 @@ class EngineConfig:
     prefill_chunk: int = 512
     prefix_caching: bool = True
 
-    def pool_dtype(self, loaded) -> "mx.Dtype":
+    def pool_dtype(self, activation_dtype: "mx.Dtype") -> "mx.Dtype":
+        """The pool's dtype: kv_dtype, else the model's activations'."""
         import mlx.core as mx
 
-        if self.kv_dtype is not None:
-            return getattr(mx, self.kv_dtype)
-        dtype = loaded.model.layers[0].self_attn.k_proj.weight.dtype
-        # Quantized weights are integers; their activations run in the scales' dtype.
-        return dtype if mx.issubdtype(dtype, mx.floating) else mx.float16
+        return getattr(mx, self.kv_dtype) if self.kv_dtype is not None else activation_dtype

@@ -1,26 +1,38 @@
-"""The serving engine: step() reads as schedule -> run -> postprocess, then
-publishes an immutable snapshot. It runs on its own thread; other threads talk
-to it only through submit/cancel (an inbox drained between steps), the shared
-CascadeConfig, and the snapshots and metrics it publishes."""
+"""The serving engine: step() reads as schedule -> launch -> postprocess.
+
+The host stays ahead of the device, as mlx-lm's generate loop does: a step is
+built and enqueued (``mx.async_eval``) before the previous one's tokens are
+read, so the device runs step n while the host builds step n+1. Step n+1
+takes step n's sampled tokens as lazy inputs; everything else it needs
+(positions, page tables) is known on the host once step n is launched. A token
+is streamed only after its step ran, and a sequence that finished at step n
+(end of sequence, a cancel) drops step n+1's token unseen.
+
+It runs on its own thread; other threads talk to it only through
+submit/cancel (an inbox drained between steps), the shared CascadeConfig, and
+the snapshot (built when read) and metrics it publishes."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 from collections import deque
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import mlx.core as mx
 import psutil
 
 from .config import CascadeConfig, EngineConfig
-from .metrics import DecodeOutcome, EngineMetrics
-from .model import LoadedModel, load_model
+from .decode_plan import DecodeOutcome
+from .metrics import EngineMetrics
+from .model import LoadedModel
 from .pool import BlockPool, PoolGeometry
 from .prefix_cache import PrefixCache
-from .runner import ModelRunner
+from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
 from .sequence import SamplingParams, Sequence, SequenceStatus
 from .snapshot import EngineSnapshot, PlanView, PoolView, SequenceView, StepRecord
@@ -34,8 +46,34 @@ RECENT_STEPS = 512
 PROCESS = psutil.Process()  # this process, for the snapshot's `extra` figures
 
 
+@contextmanager
+def collector_paused():
+    """Python's cyclic collector held off while a step is built: the
+    collections its allocations would trigger there (over every object of the
+    process: ~40% of a 36-layer build on a 2-core machine) run later, while
+    the device works on the step."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class EngineClosed(RuntimeError):
     """The engine is shutting down and takes no new requests."""
+
+
+@dataclass
+class InFlight:
+    """A launched step whose tokens have not been read yet."""
+
+    batch: ScheduledStep
+    launched: Launched
+    started: float          # perf_counter when the engine began scheduling it
+    enqueued: float         # perf_counter when MLX took it
+    rows: dict[int, int]    # sequence id -> its row in launched.tokens
 
 
 class Engine:
@@ -46,18 +84,23 @@ class Engine:
         self.cascade = cascade or CascadeConfig.from_env()
         self.metrics = metrics or EngineMetrics()
         geometry = PoolGeometry(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
-                                self.config.block_size, self.config.pool_dtype(loaded))
+                                self.config.block_size, self.config.pool_dtype(loaded.dtype))
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
         self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.prefill_chunk)
-        self.runner = ModelRunner(loaded, self.pool, self.cascade, self.metrics)
+        self.runner = ModelRunner(loaded, self.pool)
         self.metrics.bind_engine(self)
         self.device = str(mx.default_device())
         self._callbacks: dict[int, EventCallback] = {}
         self._submitted_at: dict[int, float] = {}
         self._inbox: deque[tuple[str, Sequence | None, str | None]] = deque()  # (op, sequence, reason)
         self._wake = threading.Condition()
+        # Held while the engine thread changes what a snapshot reads (not while
+        # it waits for the device), and while a snapshot is built.
+        self._state = threading.RLock()
+        self._inflight: InFlight | None = None
+        self._last_done = 0.0   # perf_counter when the last step's tokens were read
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._closed = False
@@ -67,31 +110,33 @@ class Engine:
         self._switches: list[tuple[int, float, bool]] = [(0, time.time(), self.cascade.enabled)]
         self._last_plan: PlanView | None = None
         self._last_decode: DecodeOutcome | None = None  # the last decode step's launch
-        self.snapshot = self._build_snapshot()
-
-    @classmethod
-    def from_path(cls, path, config: EngineConfig | None = None, **kwargs) -> "Engine":
-        return cls(load_model(path), config, **kwargs)
 
     @property
     def tokenizer(self):
         return self.loaded.tokenizer
 
     @property
+    def vocab_size(self) -> int:
+        """Token ids a prompt may hold lie in [0, vocab_size)."""
+        return self.loaded.model.args.vocab_size
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens (prompt and completion) one sequence can ever hold: the whole pool."""
+        return self.pool.num_blocks * self.pool.block_size
+
+    @property
     def snapshot(self) -> EngineSnapshot:
-        """The snapshot published after the last step, with the cascade settings
-        and pause state as they are now (both change between steps, and an idle
-        or paused engine publishes no step), and in `extra` this process's
-        memory and CPU as read now, for viewers in other processes."""
+        """The engine as it stands between steps, built now (not every step),
+        with in `extra` this process's memory and CPU as read now, for viewers
+        in other processes."""
+        with self._state:
+            snapshot = self._build_snapshot()
         extra = {"process_rss_bytes": PROCESS.memory_info().rss,
                  "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
                  "mlx_active_memory_bytes": mx.get_active_memory(),
                  "mlx_peak_memory_bytes": mx.get_peak_memory()}
-        return replace(self._snapshot, cascade=self.cascade.as_dict(), paused=self.paused, extra=extra)
-
-    @snapshot.setter
-    def snapshot(self, snapshot: EngineSnapshot) -> None:
-        self._snapshot = snapshot
+        return replace(snapshot, extra=extra)
 
     # -- requests (any thread) ------------------------------------------
 
@@ -142,52 +187,99 @@ class Engine:
     # -- the step ---------------------------------------------------------
 
     def step(self) -> bool:
-        """Run one step; False when there was nothing to do."""
-        self._drain_inbox()
-        self._note_cascade_switch()
-        batch = self.scheduler.schedule()
-        if batch is None:
-            return False
+        """Launch the next step and read back the one before it; False when
+        there was nothing to do."""
+        start = time.perf_counter()
+        with self._state, collector_paused():
+            self._drain_inbox()
+            self._note_cascade_switch()
+            batch = self.scheduler.schedule()
+            launched = self._launch(batch, start) if batch is not None else None
+        finished = self._complete(self._inflight)
+        self._inflight = launched
+        return launched is not None or finished
+
+    def _launch(self, batch: ScheduledStep, start: float) -> InFlight | None:
         for seq in batch.preempted:
             self.metrics.preemptions.inc()
             log.info("preempted sequence %d (pool exhausted); it will be recomputed", seq.id)
-        start = time.perf_counter()
+        settings = self.cascade.snapshot()   # the whole step runs with one reading
         try:
-            tokens = self._run(batch)
+            if batch.kind == "decode":
+                launched = self.runner.decode(batch.seqs, self._last_tokens(batch.seqs), settings)
+            else:
+                launched = self.runner.prefill(batch.seqs[0], batch.prefill_end)
         except Exception:
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             for seq in batch.seqs:
                 self._finish(seq, "error")
-            return True
-        seconds = time.perf_counter() - start
+            return None
+        self._advance(batch)
+        self.metrics.record_decode(launched.outcome, self.loaded.num_layers)   # every layer launched alike
         if batch.kind == "decode":
-            self._last_decode = self.metrics.last_outcome
-            self._last_plan = self._plan_view(batch.seqs)  # before finished sequences drop their pages
-        self._postprocess(batch, tokens)
-        self._record(batch, seconds)
-        return True
+            self._last_decode = launched.outcome
+            self._last_plan = self._plan_view(batch.seqs, launched.outcome)
+        sampling = batch.seqs if batch.kind == "decode" or batch.prefill_end == len(batch.seqs[0]) else []
+        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)})
 
-    def _run(self, batch: ScheduledStep) -> list[int | None]:
-        if batch.kind == "decode":
-            return self.runner.decode(batch.seqs)
-        return [self.runner.prefill(batch.seqs[0], batch.prefill_end)]
+    def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
+        """Each row's input token: on the host, or the in-flight step's sampled one."""
+        pending = [self._inflight.rows[s.id] if s.pending_tokens else -1 for s in seqs]
+        tokens = mx.array([0 if s.pending_tokens else s.token_ids[-1] for s in seqs], dtype=mx.int32)
+        if not any(p >= 0 for p in pending):
+            return tokens
+        source = mx.array([max(p, 0) for p in pending], dtype=mx.int32)
+        return mx.where(mx.array([p >= 0 for p in pending]), self._inflight.launched.tokens[source], tokens)
 
-    def _postprocess(self, batch: ScheduledStep, tokens: list[int | None]) -> None:
+    def _advance(self, batch: ScheduledStep) -> None:
+        """The host's state as of the launched step: K/V positions written,
+        tokens on their way, sequences whose last token this is retired."""
         if batch.kind == "prefill":
             seq = batch.seqs[0]
             seq.num_cached_tokens = batch.prefill_end
             self.cache.commit(seq)
-            if tokens[0] is None:
+            if batch.prefill_end < len(seq):
                 return
             self.scheduler.prefill_done(seq)
         else:
             for seq in batch.seqs:
                 seq.num_cached_tokens += 1
-                self.cache.commit(seq)
+        for seq in batch.seqs:
+            seq.pending_tokens += 1
+            if seq.num_completion_tokens + seq.pending_tokens >= seq.params.max_tokens:
+                self.scheduler.retire(seq)
+
+    def _complete(self, inflight: InFlight | None) -> bool:
+        """Wait for a launched step, then stream its tokens; False if there was none."""
+        if inflight is None:
+            return False
+        waited = time.perf_counter()
+        try:
+            tokens = inflight.launched.tokens.tolist()
+        except Exception:
+            log.exception("step failed; its sequences are ended with finish reason 'error'")
+            with self._state:
+                for seq in inflight.batch.seqs:
+                    if not seq.is_finished:
+                        self._finish(seq, "error")
+            return True
+        done = time.perf_counter()
+        with self._state:
+            self._postprocess(inflight, tokens)
+            self._record(inflight, done, done - waited)
+        return True
+
+    def _postprocess(self, inflight: InFlight, tokens: list[int]) -> None:
         now = time.perf_counter()
-        for seq, token in zip(batch.seqs, tokens):
+        for seq in inflight.batch.seqs:
+            row = inflight.rows.get(seq.id)
+            if row is None or seq.is_finished:   # a middle prefill chunk, or ended since its launch
+                continue
+            token = tokens[row]
+            seq.pending_tokens -= 1
             first = seq.num_completion_tokens == 0
             seq.token_ids.append(token)
+            self.cache.commit(seq)
             if first and seq.id in self._submitted_at:
                 self.metrics.request_ttft.observe(now - self._submitted_at[seq.id])
             reason = self._stop_reason(seq, token)
@@ -213,6 +305,8 @@ class Engine:
             log.exception("event callback for sequence %d failed", seq.id)
 
     def _finish(self, seq: Sequence, reason: str, emit: bool = True) -> None:
+        # Its pages may still be written by a launched step: every later step
+        # that reuses them is ordered after it on the device.
         self.scheduler.remove(seq)
         self.runner.sampler.forget(seq)
         seq.status = SequenceStatus.FINISHED
@@ -229,22 +323,28 @@ class Engine:
         if self.cascade.enabled != self._switches[-1][2]:
             self._switches.append((self.step_count, time.time(), self.cascade.enabled))
 
-    def _record(self, batch: ScheduledStep, seconds: float) -> None:
+    def _record(self, inflight: InFlight, done: float, waited: float) -> None:
+        """One step's figures, once. Its wall time runs from its launch, or
+        from the previous step's end when the two overlapped; its host time is
+        the engine's (scheduling, planning, building the graph), the rest is
+        MLX's (encoding and running the kernels, waiting for them)."""
+        batch, outcome = inflight.batch, inflight.launched.outcome
+        host = inflight.launched.built - inflight.started
+        device = inflight.enqueued - inflight.launched.built + waited
+        seconds = done - max(inflight.started, self._last_done)
+        self._last_done = done
         self.step_count += 1
-        outcome = self._last_decode
-        path = outcome.path if outcome and batch.kind == "decode" else "gather"
         self._recent.append(StepRecord(self.step_count, batch.kind, seconds, len(batch.seqs),
                                        len(batch.seqs) if batch.kind == "decode" else
                                        batch.prefill_end - batch.prefill_start,
-                                       path, self.cascade.enabled, time.time()))
+                                       outcome.path, self.cascade.enabled, time.time(), host, device))
         if batch.kind == "decode":
             self.metrics.decode_step.observe(seconds)
-        self.snapshot = self._build_snapshot()
+            self.metrics.decode_step_host.observe(host)
 
-    def _plan_view(self, rows: list[Sequence]) -> PlanView | None:
-        """The last decode launch's cascade plan in sequence ids and block ids."""
-        outcome = self._last_decode
-        if outcome is None or outcome.plan is None:
+    def _plan_view(self, rows: list[Sequence], outcome: DecodeOutcome) -> PlanView | None:
+        """A decode launch's cascade plan in sequence ids and block ids."""
+        if outcome.plan is None:
             return None
         n = outcome.plan.shared_pages
         return PlanView(tuple(rows[m].id for m in outcome.plan.members), n, n * self.pool.block_size,
@@ -253,7 +353,7 @@ class Engine:
     def _build_snapshot(self) -> EngineSnapshot:
         pool, bs = self.pool, self.pool.block_size
         sched = self.scheduler
-        live = ([sched.prefilling] if sched.prefilling else []) + list(sched.running)
+        live = sched.holders
         views = tuple(
             SequenceView(s.id, s.label, s.status.value, len(s), s.num_prompt_tokens, s.num_cached_tokens,
                          tuple(s.block_table), tuple(pool.refcount[b] for b in s.block_table),
@@ -302,12 +402,11 @@ class Engine:
         the process exit) while the engine thread is inside MLX aborts the process."""
         self.close(reason)
         self.stop(timeout=None)
-        self._drain_inbox()
-        self.snapshot = self._build_snapshot()
+        with self._state:
+            self._drain_inbox()
 
     def _finish_all(self, reason: str) -> None:
-        sched = self.scheduler
-        for seq in [*([sched.prefilling] if sched.prefilling else []), *sched.running, *sched.waiting]:
+        for seq in [*self.scheduler.holders, *self.scheduler.waiting]:
             self._finish(seq, reason)
 
     def set_paused(self, paused: bool) -> None:
@@ -318,21 +417,27 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self._inbox and (self.paused or not self.scheduler.has_work):
+                while not self._stopping and not self._inbox and self._inflight is None and (
+                        self.paused or not self.scheduler.has_work):
                     self._wake.wait(0.5)
                 if self._stopping:
-                    return
+                    break
                 paused = self.paused
-            if paused:  # no steps, but cancellations still release their pages
-                self._drain_inbox()
-                self.snapshot = self._build_snapshot()
+            if paused:  # no new steps: the one in flight streams, cancellations release their pages
+                self._complete(self._inflight)
+                self._inflight = None
+                with self._state:
+                    self._drain_inbox()
             else:
                 self.step()
+        self._complete(self._inflight)   # never leave the thread with a step on the device
+        self._inflight = None
 
     def run_until_idle(self, max_steps: int | None = None) -> None:
         """Step on the calling thread until nothing is left (tests, `mlxcel stats --run`)."""
         steps = 0
-        while (self._inbox or self.scheduler.has_work) and (max_steps is None or steps < max_steps):
+        while (self._inbox or self.scheduler.has_work or self._inflight) and (
+                max_steps is None or steps < max_steps):
             self.step()
             steps += 1
 

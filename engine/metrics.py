@@ -1,43 +1,21 @@
-"""Per-engine Prometheus metrics and the latest decode outcome.
+"""Per-engine Prometheus metrics.
 
 One CollectorRegistry per engine, so two engines in a process (tests, say)
-never share counters. The decode path records every launch itself.
+never share counters. The engine records each step's launches once, from the
+outcome the runner hands back.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import mlx.core as mx
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .cascade import CascadePlan
+from .decode_plan import CASCADE, CASCADE_FALLBACK, GATHER, DecodeOutcome
 
 LAUNCH_PATHS = ("fused_v2", "gather", "cascade")
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-
-# What a decode launch did; the first three count as fused_v2 launches.
-FLAT = "flat"
-CASCADE = "cascade"
-CASCADE_FALLBACK = "cascade_fallback"
-GATHER = "gather"
-
-
-@dataclass(frozen=True)
-class DecodeOutcome:
-    """The latest paged attention launch, for engine snapshots."""
-
-    kind: str                   # FLAT, CASCADE, CASCADE_FALLBACK or GATHER
-    batch: int                  # rows in the launch
-    plan: CascadePlan | None    # the plan that ran (CASCADE) or failed (CASCADE_FALLBACK)
-    shared_tokens: int          # KV tokens of the shared span, 0 without a plan
-    reason: str                 # "cascade off", the planner's reason, or the failure
-
-    @property
-    def path(self) -> str:
-        return "gather" if self.kind == GATHER else "cascade" if self.kind == CASCADE else "fused_v2"
 
 
 class EngineMetrics:
@@ -47,8 +25,7 @@ class EngineMetrics:
             "mlxcel_paged_decode_launches_total",
             "Paged attention launches by path (cascade is the subset of fused_v2 that ran two levels)",
             ["path"], registry=self.registry)
-        # Every path exported from the start; the children kept, since every
-        # layer of every decode step counts its launch (labels() costs ~5 us).
+        # Every path exported from the start.
         self._launches = {path: self.paged_decode_launches.labels(path=path) for path in LAUNCH_PATHS}
         self.cascade_shared_tokens = Counter(
             "mlxcel_cascade_shared_tokens_total",
@@ -59,7 +36,12 @@ class EngineMetrics:
         self.cascade_failures = Counter(
             "mlxcel_cascade_failures_total",
             "Planned cascade launches that failed and fell back to the flat launch", registry=self.registry)
-        self.last_outcome: DecodeOutcome | None = None
+        self.cascade_spans = Counter(
+            "mlxcel_cascade_spans_total", "Shared spans attended once, summed over cascade launches",
+            registry=self.registry)
+        self.cascade_kv_bytes_saved = Counter(
+            "mlxcel_cascade_kv_bytes_saved_total",
+            "KV bytes cascade launches did not read compared with the flat launch", registry=self.registry)
         self.requests = Counter("mlxcel_requests", "Finished requests by finish reason", ["finish_reason"],
                                 registry=self.registry)
         self.prompt_tokens = Counter("mlxcel_prompt_tokens", "Prompt tokens of finished requests",
@@ -68,8 +50,15 @@ class EngineMetrics:
                                          registry=self.registry)
         self.preemptions = Counter("mlxcel_preemptions", "Sequences preempted back to the queue (pool exhausted)",
                                    registry=self.registry)
-        self.decode_step = Histogram("mlxcel_decode_step_seconds", "Wall time of one decode step (all layers)",
-                                     registry=self.registry, buckets=STEP_BUCKETS)
+        self.decode_step = Histogram("mlxcel_decode_step_seconds",
+                                     "Wall time of one decode step (all layers), from its launch or the previous "
+                                     "step's end to its tokens on the host", registry=self.registry,
+                                     buckets=STEP_BUCKETS)
+        self.decode_step_host = Histogram("mlxcel_decode_step_host_seconds",
+                                          "Engine host time of one decode step: scheduling, planning, building "
+                                          "the graph (the device runs the previous step meanwhile)",
+                                          registry=self.registry,
+                                          buckets=STEP_BUCKETS)
         self.request_ttft = Histogram("mlxcel_request_ttft_seconds", "Time from submission to first token",
                                       registry=self.registry, buckets=TTFT_BUCKETS)
 
@@ -82,16 +71,17 @@ class EngineMetrics:
         """Expose the engine's pool, prefix cache and queue, read at scrape time."""
         self.registry.register(_EngineCollector(engine))
 
-    def record_decode(self, outcome: DecodeOutcome) -> None:
-        """Count one launch and remember it as the latest outcome."""
-        self._launches["gather" if outcome.kind == GATHER else "fused_v2"].inc()
+    def record_decode(self, outcome: DecodeOutcome, launches: int = 1) -> None:
+        """Count ``launches`` launches of one outcome (a step's layers all launch alike)."""
+        self._launches["gather" if outcome.kind == GATHER else "fused_v2"].inc(launches)
         if outcome.kind == CASCADE:
-            self._launches["cascade"].inc()
-            self.cascade_shared_tokens.inc(outcome.shared_tokens)
-            self.cascade_member_sequences.inc(len(outcome.plan.members))
+            self._launches["cascade"].inc(launches)
+            self.cascade_shared_tokens.inc(outcome.shared_tokens * launches)
+            self.cascade_member_sequences.inc(len(outcome.plan.members) * launches)
+            self.cascade_spans.inc(outcome.spans * launches)
+            self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:
-            self.cascade_failures.inc()
-        self.last_outcome = outcome
+            self.cascade_failures.inc(launches)
 
 
 class _EngineCollector:
@@ -105,7 +95,7 @@ class _EngineCollector:
         pool, sched = self.engine.pool, self.engine.scheduler
         stats = self.engine.cache.stats()
         for state, value in (("allocated", pool.num_blocks), ("live", pool.num_live),
-                             ("free", pool.num_available), ("shared", pool.num_shared),
+                             ("free", len(pool.free)), ("shared", pool.num_shared),
                              ("reusable", len(pool.reusable))):
             yield GaugeMetricFamily(f"mlxcel_cache_pool_paged_blocks_{state}",
                                     f"KV pool blocks: {POOL_STATE_HELP[state]}", value=value)
@@ -131,7 +121,7 @@ class _EngineCollector:
 POOL_STATE_HELP = {
     "allocated": "the pool's size",
     "live": "held by at least one page table",
-    "free": "available to allocation (free list plus reusable)",
+    "free": "on the free list (allocation also takes reusable ones)",
     "shared": "held by more than one page table",
     "reusable": "unreferenced, kept for the prefix cache until needed",
 }

@@ -1,30 +1,35 @@
 """mlx-lm models on the paged pool.
 
-mlx-lm attention modules call ``self.rope(x, offset=cache.offset)``, then
-``cache.update_and_fetch(keys, values)``, then their module-level
-``scaled_dot_product_attention(q, k, v, cache=cache, ...)``. A pool-backed
-cache object per layer fits that protocol: ``offset`` carries each row's
-position (``mx.fast.rope`` takes a per-row offset array), ``update_and_fetch``
-writes the new K/V into the pool, and the module's attention function is
-wrapped so that, given such a cache, it reads through the paged kernels.
+A model directory loads through ``mlx_lm.load``; then each layer's attention
+and MLP are replaced by modules that keep mlx-lm's weights, norms and rope
+but run the engine's step:
+
+- q/k/v (and gate/up) are one matmul each: their weights concatenated at
+  load time (quantized ones too, when their quantization agrees), split after;
+- every token of a step is a row of its own (``[T, 1]``), carrying its
+  position as its rope offset (``mx.fast.rope`` takes a per-row offset
+  array), so decode rows of different lengths and a prefill chunk share
+  every matmul of one forward pass;
+- each layer writes its new K/V into the pool and reads through the paged
+  kernels, as the step's context (set once by the runner) says.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.activations import swiglu
 
 from mlxcel.kernels import PagedCsrView
 
-from .attention import paged_decode_attention, paged_prefill_attention
-from .config import CascadeConfig
-from .metrics import EngineMetrics
+from .attention import paged_prefill_attention
+from .decode_plan import DecodePlan
 from .pool import BlockPool
 
 # model_type (as in config.json) -> the mlx-lm module implementing it
@@ -46,6 +51,9 @@ class LoadedModel:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    dtype: mx.Dtype      # the activations' dtype
+    scale: float         # attention's softmax scale
+    vocab_size: int
 
 
 def read_model_type(path: Path) -> str:
@@ -65,8 +73,8 @@ def read_model_type(path: Path) -> str:
 
 
 def load_model(path: str | Path, name: str | None = None) -> LoadedModel:
-    """Load a local model directory through mlx_lm.load and route its attention
-    through the pool. Never downloads: only existing directories are accepted."""
+    """Load a local model directory through mlx_lm.load and put it on the
+    pool. Never downloads: only existing directories are accepted."""
     import mlx_lm
 
     path = Path(path).expanduser().resolve()
@@ -75,69 +83,153 @@ def load_model(path: str | Path, name: str | None = None) -> LoadedModel:
         model, tokenizer = mlx_lm.load(str(path))
     except Exception as err:  # mlx-lm raises many kinds on bad weights or tokenizers
         raise ModelLoadError(f"could not load {path}: {err}") from err
-    install_paged_attention(sys.modules[type(model).__module__])
+    return on_pool(model, tokenizer, name or path.name, path, model_type)
+
+
+def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type: str) -> LoadedModel:
+    """An mlx-lm model of a supported family with its layers made paged (in
+    place: the model no longer runs with mlx-lm's own caches)."""
+    if any(getattr(layer, "use_sliding", False) for layer in model.layers):
+        raise ModelLoadError(f"{name} has sliding-window attention layers, which the paged pool does not serve")
     attn = model.layers[0].self_attn
     head_dim = attn.head_dim if hasattr(attn, "head_dim") else attn.q_proj.weight.shape[0] // attn.n_heads
-    return LoadedModel(model, tokenizer, name or path.name, path, model_type, len(model.layers),
-                       attn.n_heads, attn.n_kv_heads, head_dim)
+    dtype = activation_dtype(attn.q_proj)
+    for index, layer in enumerate(model.layers):
+        layer.self_attn = PagedAttention(layer.self_attn, index, head_dim)
+        layer.mlp = FusedMLP(layer.mlp)
+        mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
+    return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
+                       attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
 
 
-def install_paged_attention(module) -> None:
-    """Wrap a model module's attention function once; other caches pass through."""
-    original = module.scaled_dot_product_attention
-    if getattr(original, "paged", False):
-        return
+def activation_dtype(linear: nn.Module) -> mx.Dtype:
+    # Quantized weights are integers; their activations run in the scales' dtype.
+    weight = linear.weight
+    return weight.dtype if mx.issubdtype(weight.dtype, mx.floating) else linear.scales.dtype
 
-    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
-        if isinstance(cache, PagedLayerCache):
-            return cache.attend(queries, scale)
-        return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
 
-    scaled_dot_product_attention.paged = True
-    module.scaled_dot_product_attention = scaled_dot_product_attention
+ARRAY_KEYS = ("weight", "scales", "biases", "bias")
+
+
+def fuse_linears(parts: list[nn.Module]) -> nn.Module | None:
+    """One linear layer computing ``parts``' outputs side by side, or None
+    where they cannot be one (quantized differently, say)."""
+    first = parts[0]
+    settings = lambda m: (type(m), getattr(m, "group_size", None), getattr(m, "bits", None),  # noqa: E731
+                          getattr(m, "mode", None), tuple(k for k in ARRAY_KEYS if isinstance(m.get(k), mx.array)))
+    if any(settings(p) != settings(first) for p in parts):
+        return None
+    fused = copy.copy(first)
+    for key in settings(first)[-1]:
+        fused[key] = mx.concatenate([p[key] for p in parts])
+    return fused
+
+
+class PagedAttention(nn.Module):
+    """mlx-lm's Llama/Mistral/Qwen2/Qwen3 attention on the pool."""
+
+    def __init__(self, attn: nn.Module, layer: int, head_dim: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.n_heads, self.n_kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, head_dim
+        self.scale = attn.scale
+        widths = [attn.q_proj, attn.k_proj, attn.v_proj]
+        fused = fuse_linears(widths)
+        if fused is not None:
+            self.qkv_proj = fused
+            q_width, kv_width = self.n_heads * head_dim, self.n_kv_heads * head_dim
+            self.splits = [q_width, q_width + kv_width]
+        else:
+            self.q_proj, self.k_proj, self.v_proj = widths
+        self.o_proj = attn.o_proj
+        if "q_norm" in attn:  # Qwen3 normalizes each head's q and k
+            self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
+        self.rope = attn.rope
+
+    def projections(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        if "qkv_proj" in self:
+            return tuple(mx.split(self.qkv_proj(x), self.splits, axis=-1))
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: "StepContext | None" = None) -> mx.array:
+        if not isinstance(cache, StepContext):
+            raise TypeError("the engine's model layers run only inside an engine step")
+        rows = x.shape[0]                                     # one token per row: [T, 1, hidden]
+        q, k, v = self.projections(x)
+        q = q.reshape(rows, 1, self.n_heads, self.head_dim)
+        k = k.reshape(rows, 1, self.n_kv_heads, self.head_dim)
+        v = v.reshape(rows, self.n_kv_heads, self.head_dim)
+        if "q_norm" in self:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = self.rope(q.transpose(0, 2, 1, 3), offset=cache.positions)[:, :, 0]   # [T, Hq, D]
+        k = self.rope(k.transpose(0, 2, 1, 3), offset=cache.positions)[:, :, 0]
+        cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
+        o = cache.attend(self.layer, q, self.scale)
+        return self.o_proj(o.reshape(rows, 1, self.n_heads * self.head_dim))
+
+
+class FusedMLP(nn.Module):
+    """down(silu(gate(x)) * up(x)) with gate and up one matmul."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        parts = [mlp.gate_proj, mlp.up_proj]
+        fused = fuse_linears(parts)
+        if fused is not None:
+            self.gate_up_proj = fused
+            self.hidden = mlp.gate_proj.weight.shape[0]
+        else:
+            self.gate_proj, self.up_proj = parts
+        self.down_proj = mlp.down_proj
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if "gate_up_proj" in self:
+            gate, up = mx.split(self.gate_up_proj(x), [self.hidden], axis=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(swiglu(gate, up))
 
 
 @dataclass
 class StepContext:
-    """What every layer of one forward pass shares: the page tables and the
-    pool slots the new tokens go to."""
+    """What every layer of one forward pass reads, set once by the runner.
+
+    Tokens are rows: the first ``decode_rows`` are decode rows (one per
+    sequence, attending through the step's decode plan), the rest one
+    sequence's prefill chunk (causal, through ``prefill_csr``)."""
 
     pool: BlockPool
-    csr: PagedCsrView
-    slot_blocks: mx.array  # [rows * new tokens], row-major
+    positions: mx.array     # [T] each token's position: its rope offset
+    slot_blocks: mx.array   # [T] pool slot each token's K/V goes to
     slot_offsets: mx.array
-    decode: bool  # one new token per row; otherwise one row's prefill chunk
-    cascade: CascadeConfig
-    metrics: EngineMetrics | None
+    decode_rows: int
+    decode_csr: PagedCsrView | None = None
+    plan: DecodePlan | None = None
+    prefill_csr: PagedCsrView | None = None
+
+    def make_mask(self, *args, **kwargs) -> None:
+        return None  # mlx-lm asks its cache for a mask; the paged kernels mask by page table
+
+    def attend(self, layer: int, q: mx.array, scale: float) -> mx.array:
+        """q [T, Hq, D] -> o [T, Hq, D] in q's dtype."""
+        k_pool, v_pool = self.pool.keys[layer], self.pool.values[layer]
+        parts = []
+        if self.decode_rows:
+            decode_q = q if self.prefill_csr is None else q[: self.decode_rows]
+            parts.append(self.plan.attend(decode_q, k_pool, v_pool, self.decode_csr.last_page_len))
+        if self.prefill_csr is not None:
+            chunk = q[self.decode_rows:].transpose(1, 0, 2)[None]                    # [1, Hq, L, D]
+            o = paged_prefill_attention(chunk, k_pool, v_pool, self.prefill_csr, scale=scale)
+            parts.append(o[0].transpose(1, 0, 2))
+        return parts[0] if len(parts) == 1 else mx.concatenate(parts)
 
 
-class PagedLayerCache:
-    """The mlx-lm cache protocol for one layer, backed by the block pool."""
-
-    def __init__(self, ctx: StepContext, layer: int, offset: mx.array | int) -> None:
-        self.ctx = ctx
-        self.layer = layer
-        self.offset = offset
-
-    def make_mask(self, *args, **kwargs):
-        return None  # the paged kernels mask by page table
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array):
-        b, h, n, d = keys.shape
-        flat_k = keys.transpose(0, 2, 1, 3).reshape(b * n, h, d)
-        flat_v = values.transpose(0, 2, 1, 3).reshape(b * n, h, d)
-        self.ctx.pool.write(self.layer, self.ctx.slot_blocks, self.ctx.slot_offsets, flat_k, flat_v)
-        return keys, values
-
-    def attend(self, queries: mx.array, scale: float) -> mx.array:
-        ctx, pool = self.ctx, self.ctx.pool
-        k_pool, v_pool = pool.keys[self.layer], pool.values[self.layer]
-        if ctx.decode:
-            out = paged_decode_attention(queries[:, :, 0, :], k_pool, v_pool, ctx.csr, scale=scale,
-                                         config=ctx.cascade, metrics=ctx.metrics)
-            return out[:, :, None, :]
-        return paged_prefill_attention(queries, k_pool, v_pool, ctx.csr, scale=scale, metrics=ctx.metrics)
-
-
-def make_layer_caches(ctx: StepContext, num_layers: int, offset: mx.array | int) -> list[PagedLayerCache]:
-    return [PagedLayerCache(ctx, layer, offset) for layer in range(num_layers)]
+def output_logits(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:
+    """Logits [len(rows), vocab] of the given token rows (all when None): the
+    model's last norm and head run only on the rows that sample."""
+    hidden = model.model(tokens, cache=[ctx] * len(model.layers))[:, 0]
+    if rows is not None:
+        hidden = hidden[rows]
+    if model.args.tie_word_embeddings:
+        return model.model.embed_tokens.as_linear(hidden)
+    return model.lm_head(hidden)

@@ -17,7 +17,6 @@ from typing import Callable, Iterable
 import mlx.core as mx
 
 DEFAULT_BLOCK_SIZE = 32
-POOL_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
 class PoolExhausted(RuntimeError):

@@ -15,12 +15,13 @@ class Sampler:
     def forget(self, seq: Sequence) -> None:
         self._keys.pop(seq.id, None)
 
-    def sample(self, logits: mx.array, seqs: list[Sequence]) -> list[int]:
-        """logits [rows, vocab] -> one token id per row."""
+    def sample(self, logits: mx.array, seqs: list[Sequence]) -> mx.array:
+        """logits [rows, vocab] -> one token id per row, [rows] int32, lazy
+        (the engine reads it once the step has run)."""
         logits = logits.astype(mx.float32)
-        greedy = mx.argmax(logits, axis=-1)
+        greedy = mx.argmax(logits, axis=-1).astype(mx.int32)
         if all(s.params.temperature == 0 for s in seqs):
-            return greedy.tolist()
+            return greedy
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         picks = []
         for row, seq in enumerate(seqs):
@@ -38,5 +39,5 @@ class Sampler:
             if p.seed is not None:
                 state, key = mx.random.split(self._keys.get(seq.id, mx.random.key(p.seed)))
                 self._keys[seq.id] = state
-            picks.append(mx.random.categorical(row_logprobs * (1 / p.temperature), key=key)[0])
-        return mx.stack(picks).tolist()
+            picks.append(mx.random.categorical(row_logprobs * (1 / p.temperature), key=key)[0].astype(mx.int32))
+        return mx.stack(picks)

@@ -39,6 +39,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.prefilling: Sequence | None = None
+        # Out of the running set, holding their pages until their last token
+        # (already on its way from a launched step) is read back.
+        self.retiring: list[Sequence] = []
         self.num_preemptions = 0
         self._last_kind = ""
 
@@ -50,13 +53,18 @@ class Scheduler:
                                   f"the pool holds {self.pool.num_blocks}")
 
     def add(self, seq: Sequence) -> None:
-        self.check(len(seq) + seq.params.max_tokens)
+        """Queue a sequence that passed check()."""
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.prefilling)
+        return bool(self.waiting or self.running or self.prefilling or self.retiring)
+
+    @property
+    def holders(self) -> list[Sequence]:
+        """Every sequence holding pages."""
+        return ([self.prefilling] if self.prefilling else []) + self.running + self.retiring
 
     def _admit(self) -> None:
         if self.prefilling or not self.waiting or len(self.running) >= self.max_running:
@@ -112,12 +120,21 @@ class Scheduler:
         self.prefilling = None
         self.running.append(seq)
 
+    def retire(self, seq: Sequence) -> None:
+        """Schedule no more steps for a running sequence whose last token is
+        on its way; it keeps its pages until it is removed."""
+        if seq in self.running:
+            self.running.remove(seq)
+            self.retiring.append(seq)
+
     def remove(self, seq: Sequence) -> None:
         """Take a sequence out wherever it is and release its pages."""
         if seq is self.prefilling:
             self.prefilling = None
         elif seq in self.running:
             self.running.remove(seq)
+        elif seq in self.retiring:
+            self.retiring.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.cache.release(seq)

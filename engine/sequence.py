@@ -40,6 +40,9 @@ class Sequence:
     num_cached_tokens: int = 0
     # Tokens adopted from the prefix cache at the last admission.
     num_reused_tokens: int = 0
+    # Tokens sampled by a launched step but not yet read back into token_ids
+    # (the engine enqueues the next step before reading this one's tokens).
+    pending_tokens: int = 0
     # Prefix-cache chain of this sequence's full blocks: (hash, entry uid, None if unindexable).
     block_chain: list[tuple[int, int | None]] = field(default_factory=list)
     finish_reason: str | None = None

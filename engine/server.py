@@ -1,102 +1,57 @@
 """OpenAI-compatible HTTP server with Prometheus /metrics and the control API.
 
-Starlette on uvicorn. Engine events arrive on the engine thread and are handed
-to each request's asyncio queue; a client that goes away cancels its sequence.
+Starlette on uvicorn. A completion body becomes one CompletionRequest, its
+prompt becomes token ids on a worker thread (PromptEncoder), and its sequence
+is one _Run: engine events arrive on the engine thread and are handed to the
+request's asyncio queue, and however the response ends, _Run.end lets go of
+the sequence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import ipaddress
 import json
-import logging
 import time
 import uuid
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .config import FIELDS as CASCADE_FIELDS
 from .config import ConfigError
 from .engine import Engine, EngineClosed
 from .limits import ServerLimits
+from .openai_api import ApiError, CompletionRequest, number
+from .prompts import PromptEncoder
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
 from .sessions import SessionManager, TooManySessions
 
-log = logging.getLogger("mlxcel.server")
-
-DEFAULT_MAX_TOKENS = 256
-MAX_SEED = 2**64 - 1  # mx.random.key takes an unsigned 64-bit seed
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
-        return JSONResponse(body, status_code=self.status)
-
-
-# -- request validation ----------------------------------------------------
-
-def _number(body: dict, name: str, default, low: float, high: float, integer: bool = False):
-    value = body.get(name, default)
-    if value is None:
-        return default
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ApiError(400, f"'{name}' must be {'an integer' if integer else 'a number'}", name)
-    if not low <= value <= high:
-        raise ApiError(400, f"'{name}' must be between {low} and {high}, got {value}", name)
-    return value
-
-
-def _stop_strings(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
-        raise ApiError(400, "'stop' must be a non-empty string or a list of up to 4 of them", "stop")
-    return stop
-
-
-def sampling_from_body(body: dict, limits: ServerLimits) -> SamplingParams:
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens",
-                         min(DEFAULT_MAX_TOKENS, limits.max_completion_tokens), 1,
-                         limits.max_completion_tokens, integer=True)
-    n = _number(body, "n", 1, 1, 1, integer=True)
-    del n  # only one choice per request
-    seed = _number(body, "seed", None, 0, MAX_SEED, integer=True)
-    ignore_eos = body.get("ignore_eos", False)  # vLLM's extension, for benchmarks
-    if not isinstance(ignore_eos, bool):
-        raise ApiError(400, "'ignore_eos' must be a boolean", "ignore_eos")
-    return SamplingParams(
-        max_tokens=max_tokens,
-        ignore_eos=ignore_eos,
-        temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
-        top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0)),
-        seed=seed,
-    )
-
 
 class OpenAIServer:
+    """The app. Without an API key (and unless check_host is off) it answers only
+    requests whose Host names this machine's loopback or `host`, the address it
+    is bound to: a browser page of another site that points a DNS name at
+    127.0.0.1 (DNS rebinding) is refused."""
+
     def __init__(self, engine: Engine, model_name: str, sessions: SessionManager | None = None,
-                 api_key: str | None = None, limits: ServerLimits | None = None) -> None:
+                 api_key: str | None = None, limits: ServerLimits | None = None, host: str = "127.0.0.1",
+                 check_host: bool = True) -> None:
         self.engine = engine
         self.model_name = model_name
         self.sessions = sessions
         self.api_key = api_key
         self.limits = limits or ServerLimits()
+        self.host = host
+        self.check_host = check_host
+        self.prompts = PromptEncoder(engine.tokenizer, self.limits.max_prompt_tokens, engine.vocab_size)
         self.created = int(time.time())
         self.app = Starlette(routes=[
             Route("/health", self.health),
@@ -107,12 +62,17 @@ class OpenAIServer:
             Route("/v1/cascade", self.cascade, methods=["GET", "POST"]),
             Route("/v1/sessions", self.control_sessions, methods=["GET", "POST"]),
             Route("/v1/engine", self.control_engine, methods=["GET", "POST"]),
-        ], exception_handlers={ApiError: lambda request, err: err.response(), HTTPException: _http_error})
+        ], exception_handlers={ApiError: lambda request, err: err.response(), HTTPException: _http_error,
+                               ClientDisconnect: _client_gone})
         self.app.add_middleware(_Guard, server=self)
 
     # -- plumbing -----------------------------------------------------------
 
     async def _json_body(self, request: Request) -> dict:
+        # A JSON content type is not one a cross-site form or simple fetch may send without a preflight.
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            raise ApiError(415, "the body must be JSON, sent with 'Content-Type: application/json'")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise ApiError(413, f"request body over {self.limits.max_body_bytes} bytes")
@@ -127,25 +87,20 @@ class OpenAIServer:
             raise ApiError(400, f"malformed JSON body: {err}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the JSON body must be an object")
+        if b"\\ud" in raw or b"\\uD" in raw:  # only a \u escape can make a lone surrogate
+            _refuse_lone_surrogates(body)
         return body
 
-    def _check_model(self, body: dict) -> None:
-        model = body.get("model")
-        if model is not None and model != self.model_name:
-            raise ApiError(404, f"model '{model}' does not exist; this server serves '{self.model_name}'",
-                           "model", "not_found_error")
+    async def _start(self, request: Request, chat: bool) -> tuple[CompletionRequest, _Run]:
+        req = CompletionRequest.parse(await self._json_body(request), chat=chat, model=self.model_name,
+                                      limits=self.limits)
+        ids = await self.prompts.token_ids(req)
+        if len(ids) > self.engine.max_sequence_tokens:
+            raise ApiError(400, f"the prompt has {len(ids)} tokens; the KV pool holds "
+                                f"{self.engine.max_sequence_tokens}", "prompt")
+        return req, self._submit(ids, req.params)
 
-    def _check_prompt(self, ids: list[int]) -> None:
-        if not ids:
-            raise ApiError(400, "the prompt is empty", "prompt")
-        if len(ids) > self.limits.max_prompt_tokens:
-            raise ApiError(400, f"the prompt has {len(ids)} tokens; the limit is "
-                                f"{self.limits.max_prompt_tokens}", "prompt")
-        vocab = self.engine.loaded.model.args.vocab_size
-        if any(not 0 <= t < vocab for t in ids):
-            raise ApiError(400, f"prompt token ids must lie in [0, {vocab})", "prompt")
-
-    def _start(self, ids: list[int], params: SamplingParams) -> tuple[Sequence, asyncio.Queue]:
+    def _submit(self, ids: list[int], params: SamplingParams) -> _Run:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -157,11 +112,11 @@ class OpenAIServer:
 
         try:
             seq = self.engine.submit(ids, params, on_event, label="http")
-        except RequestRejected as err:
+        except RequestRejected as err:  # prompt and max_tokens together exceed the pool
             raise ApiError(400, str(err), "max_tokens") from None
         except EngineClosed as err:
             raise ApiError(503, str(err), kind="server_error") from None
-        return seq, queue
+        return _Run(self.engine, seq, queue)
 
     def drain(self) -> None:
         """Shutdown has begun: stop the built-in sessions, refuse new requests and
@@ -170,40 +125,6 @@ class OpenAIServer:
             self.sessions.remove(len(self.sessions.sessions))
         self.engine.close("cancelled")
 
-    async def _events(self, seq: Sequence, queue: asyncio.Queue, stop: list[str], every_token: bool = False):
-        """Yield (text delta, finish reason, new token ids); with every_token, one
-        event per generated token even while the detokenizer holds its text back.
-        Cancels the sequence if abandoned."""
-        detok = self.engine.tokenizer.detokenizer
-        eos = self.engine.tokenizer.eos_token_ids
-        text, sent, reason, ids = "", 0, None, []
-        try:
-            while reason is None:
-                token, reason = await queue.get()
-                if token is not None:
-                    ids.append(token)
-                if token is not None and token not in eos:
-                    detok.add_token(token)
-                if reason is not None:
-                    detok.finalize()
-                text += detok.last_segment
-                hit = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-                if hit >= 0:
-                    text, reason = text[:hit], "stop"
-                    self.engine.cancel(seq, "stop")
-                # Hold back a tail that could still grow into a stop string.
-                safe = len(text) if reason else max(sent, len(text) - max((len(s) - 1 for s in stop), default=0))
-                if safe > sent or reason or (every_token and ids):
-                    yield text[sent:safe], reason, ids
-                    sent, ids = safe, []
-        finally:
-            if reason is None:
-                self.engine.cancel(seq)
-
-    def _usage(self, seq: Sequence) -> dict:
-        return {"prompt_tokens": seq.num_prompt_tokens, "completion_tokens": seq.num_completion_tokens,
-                "total_tokens": len(seq), "prompt_tokens_details": {"cached_tokens": seq.num_reused_tokens}}
-
     # -- OpenAI endpoints -----------------------------------------------------
 
     async def models(self, request: Request) -> Response:
@@ -211,91 +132,40 @@ class OpenAIServer:
             {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "mlxcel"}]})
 
     async def completions(self, request: Request) -> Response:
-        body = await self._json_body(request)
-        self._check_model(body)
-        params = sampling_from_body(body, self.limits)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = list(self.engine.tokenizer.encode(prompt))
-        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = prompt
-        else:
-            raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)",
-                           "prompt")
-        self._check_prompt(ids)
-        return await self._respond(request, body, ids, params, chat=False)
+        return await self._complete(request, chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
-        body = await self._json_body(request)
-        self._check_model(body)
-        params = sampling_from_body(body, self.limits)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
-            raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects "
-                                "with string content", "messages")
-        try:
-            ids = list(self.engine.tokenizer.apply_chat_template(
-                [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt=True))
-        except Exception as err:  # the template rejects a conversation it cannot render
-            raise ApiError(400, f"the chat template rejected these messages: {err}", "messages") from None
-        self._check_prompt(ids)
-        return await self._respond(request, body, ids, params, chat=True)
+        return await self._complete(request, chat=True)
 
-    async def _respond(self, request: Request, body: dict, ids: list[int], params: SamplingParams,
-                       chat: bool) -> Response:
-        stop = _stop_strings(body)
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise ApiError(400, "'stream' must be a boolean", "stream")
-        options = body.get("stream_options") or {}
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        token_ids = body.get("return_token_ids", False)  # vLLM's extension: generated ids per choice
-        if not isinstance(token_ids, bool):
-            raise ApiError(400, "'return_token_ids' must be a boolean", "return_token_ids")
-        seq, queue = self._start(ids, params)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        base = {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()), "model": self.model_name}
-        if stream:
-            return _SequenceStream(self.engine, seq, self._stream(seq, queue, stop, base, chat, include_usage,
-                                                                  token_ids))
-        text, reason, generated = "", None, []
-        events = self._events(seq, queue, stop)
+    async def _complete(self, request: Request, chat: bool) -> Response:
+        req, run = await self._start(request, chat)
+        base = {"id": f"{req.id_prefix}-{uuid.uuid4().hex}", "object": req.object, "created": int(time.time()),
+                "model": self.model_name}
+        if req.stream:
+            return _SequenceStream(run, self._stream(req, run, base))
+        text, generated = "", []
         try:
-            async for delta, reason, new_ids in _until_disconnect(request, events):
-                text += delta
-                generated += new_ids
+            async with contextlib.aclosing(run.events(req.stop)) as events:
+                async for delta, _, ids in _until_disconnect(request, events):
+                    text += delta
+                    generated += ids
         finally:
-            await events.aclose()
-            if reason is None:  # the client left, perhaps before the events were first awaited
-                self.engine.cancel(seq)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-                  if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": reason})
-        if token_ids:
-            choice["token_ids"] = generated
-        return JSONResponse({**base, "choices": [choice], "usage": self._usage(seq)})
+            run.end()
+        return JSONResponse({**base, "choices": [req.choice(text, run.reason, generated)], "usage": run.usage()})
 
-    async def _stream(self, seq, queue, stop, base, chat, include_usage, token_ids=False):
-        base = {**base, "object": "chat.completion.chunk" if chat else "text_completion"}
+    async def _stream(self, req: CompletionRequest, run: _Run, base: dict):
+        base = {**base, "object": req.chunk_object}
 
-        def chunk(delta: dict | str, reason, ids=None):
-            choice = ({"index": 0, "delta": delta, "finish_reason": reason} if chat
-                      else {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason})
-            if ids is not None:
-                choice["token_ids"] = ids
+        def chunk(choice: dict) -> str:
             return "data: " + json.dumps({**base, "choices": [choice]}) + "\n\n"
 
-        if chat:
-            yield chunk({"role": "assistant", "content": ""}, None)
-        async for delta, reason, ids in self._events(seq, queue, stop, every_token=token_ids):
-            if delta or reason or (token_ids and ids):
-                yield chunk({"content": delta} if chat else delta, reason, ids if token_ids else None)
-        if include_usage:
-            yield "data: " + json.dumps({**base, "choices": [], "usage": self._usage(seq)}) + "\n\n"
+        if req.chat:
+            yield chunk(req.chunk_choice("", None, [], first=True))
+        async for delta, reason, ids in run.events(req.stop, every_token=req.return_token_ids):
+            if delta or reason or (req.return_token_ids and ids):
+                yield chunk(req.chunk_choice(delta, reason, ids))
+        if req.include_usage:
+            yield "data: " + json.dumps({**base, "choices": [], "usage": run.usage()}) + "\n\n"
         yield "data: [DONE]\n\n"
 
     # -- metrics and control ----------------------------------------------------
@@ -309,6 +179,10 @@ class OpenAIServer:
     async def cascade(self, request: Request) -> Response:
         if request.method == "POST":
             body = await self._json_body(request)
+            unknown = sorted(set(body) - set(CASCADE_FIELDS))
+            if unknown:  # before any key becomes a keyword argument
+                raise ApiError(400, f"unknown cascade setting(s) {', '.join(map(repr, unknown))} "
+                                    f"(known: {', '.join(CASCADE_FIELDS)})")
             try:
                 self.engine.cascade.update(**body)
             except ConfigError as err:
@@ -321,11 +195,11 @@ class OpenAIServer:
             raise ApiError(404, "this server runs no built-in sessions", kind="not_found_error")
         if request.method == "POST":
             body = await self._json_body(request)
-            unknown = set(body) - {"add", "remove"}
+            unknown = sorted(set(body) - {"add", "remove"})
             if unknown:
-                raise ApiError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
-            add = _number(body, "add", 0, 0, 64, integer=True)
-            remove = _number(body, "remove", 0, 0, 1024, integer=True)
+                raise ApiError(400, f"unknown field(s): {', '.join(map(repr, unknown))}")
+            add = number(body, "add", 0, 0, 64, integer=True)
+            remove = number(body, "remove", 0, 0, 1024, integer=True)
             try:
                 self.sessions.add(add)
             except TooManySessions as err:
@@ -343,34 +217,69 @@ class OpenAIServer:
         return JSONResponse({"paused": self.engine.paused})
 
 
-def _http_error(request: Request, err: HTTPException) -> Response:
-    """Starlette's own refusals (no such route, wrong method) as OpenAI-style bodies."""
-    kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
-    response = ApiError(err.status_code, err.detail, kind=kind).response()
-    response.headers.update(err.headers or {})
-    return response
+class _Run:
+    """A submitted sequence and its events. end() is the one place a request lets
+    go of it: a sequence still running then (the client left, a stop string
+    matched, the server is shutting down) is ended with the reason its client saw."""
+
+    def __init__(self, engine: Engine, seq: Sequence, queue: asyncio.Queue) -> None:
+        self.engine, self.seq, self.queue = engine, seq, queue
+        self.reason: str | None = None  # the finish reason the client is told
+
+    async def events(self, stop: tuple[str, ...], every_token: bool = False):
+        """Yield (text delta, finish reason, new token ids); with every_token, one
+        event per generated token even while the detokenizer holds its text back."""
+        detok = self.engine.tokenizer.detokenizer
+        eos = self.engine.tokenizer.eos_token_ids
+        text, sent, ids = "", 0, []
+        holdback = max((len(s) - 1 for s in stop), default=0)  # a tail that could still grow into a stop string
+        while self.reason is None:
+            token, reason = await self.queue.get()
+            if token is not None:
+                ids.append(token)
+            if token is not None and token not in eos:
+                detok.add_token(token)
+            if reason is not None:
+                detok.finalize()
+            text += detok.last_segment
+            hit = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+            if hit >= 0:
+                text, reason = text[:hit], "stop"
+            safe = len(text) if reason else max(sent, len(text) - holdback)
+            self.reason = reason
+            if safe > sent or reason or (every_token and ids):
+                yield text[sent:safe], reason, ids
+                sent, ids = safe, []
+
+    def end(self) -> None:
+        if not self.seq.is_finished:
+            self.engine.cancel(self.seq, "stop" if self.reason == "stop" else "cancelled")
+
+    def usage(self) -> dict:
+        seq = self.seq
+        return {"prompt_tokens": seq.num_prompt_tokens, "completion_tokens": seq.num_completion_tokens,
+                "total_tokens": len(seq), "prompt_tokens_details": {"cached_tokens": seq.num_reused_tokens}}
 
 
 class _SequenceStream(StreamingResponse):
-    """An SSE response that cancels its sequence however it ends. A client gone
-    before the body is first iterated (the write of the headers fails, say)
-    never starts the generator, so no finally inside it would run."""
+    """An SSE response that ends its run however it ends. A client gone before
+    the body is first iterated (the write of the headers fails, say) never
+    starts the generator, so no finally inside it would run."""
 
-    def __init__(self, engine: Engine, seq: Sequence, content) -> None:
+    def __init__(self, run: _Run, content) -> None:
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.engine, self.seq = engine, seq
+        self.run = run
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            if not self.seq.is_finished:
-                self.engine.cancel(self.seq)
+            self.run.end()
 
 
 async def _until_disconnect(request: Request, events):
-    """Iterate events, abandoning them (and so cancelling the sequence) if the client leaves."""
+    """Iterate events, abandoning them if the client leaves."""
     watcher = asyncio.ensure_future(_wait_disconnect(request))
     try:
         while True:
@@ -394,20 +303,80 @@ async def _wait_disconnect(request: Request) -> None:
         pass
 
 
+def _refuse_lone_surrogates(body: dict) -> None:
+    """json.loads turns a lone \\ud800 escape into a str that cannot be encoded
+    as UTF-8: it would fail the tokenizer, or an error reply that echoes it."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, "the JSON body holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape "
+                            "that is not half of a pair)") from None
+
+
+def _http_error(request: Request, err: HTTPException) -> Response:
+    """Starlette's own refusals (no such route, wrong method) as OpenAI-style bodies."""
+    kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+    return ApiError(err.status_code, err.detail, kind=kind, headers=err.headers).response()
+
+
+def _client_gone(request: Request, err: ClientDisconnect) -> Response:
+    """The client left while sending its body: nothing is left to answer, and
+    nothing to log (uvicorn drops a reply to a closed connection)."""
+    return ApiError(400, "the client disconnected before its body arrived").response()
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header, without its port or an IPv6 address's brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def is_local_host(host: str, bound: str) -> bool:
+    """A Host header that names this machine's loopback (localhost, a name under
+    .localhost, a loopback address) or the address bound."""
+    name = _hostname(host)
+    if name in ("localhost", _hostname(bound)) or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 class _Guard:
-    """Bearer-token check on every endpoint but /metrics, when a key is set."""
+    """Every request, before routing: the Host check (see OpenAIServer), no
+    Origin but the server's own (there is no CORS: a browser page of another
+    site gets nothing), and with a key, the bearer token on every endpoint but
+    /metrics."""
 
     def __init__(self, app, server: OpenAIServer) -> None:
         self.app = app
         self.server = server
 
     async def __call__(self, scope, receive, send):
-        key = self.server.api_key
-        if scope["type"] == "http" and key and scope["path"] != "/metrics":
-            headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                await ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
-                               kind="authentication_error").response()(scope, receive, send)
+        if scope["type"] == "http":
+            error = self._refusal(scope)
+            if error is not None:
+                await error.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _refusal(self, scope) -> ApiError | None:
+        server = self.server
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if server.check_host and not server.api_key and host and not is_local_host(host, server.host):
+            return ApiError(403, f"Host '{host}' is not this server's address (a DNS name pointed at it?); "
+                                 "serve with an API key or --no-host-check to accept it", kind="permission_error")
+        origin = headers.get(b"origin")
+        if origin is not None and origin.decode("latin-1").lower() != f"{scope['scheme']}://{host}".lower():
+            return ApiError(403, "cross-origin requests are refused (this server sends no CORS headers)",
+                            kind="permission_error")
+        key = server.api_key
+        if key and scope["path"] != "/metrics":
+            if not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {key}".encode()):
+                return ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
+                                kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+        return None

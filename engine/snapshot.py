@@ -51,6 +51,8 @@ class StepRecord:
     path: str  # launch path of the step's attention
     cascade_enabled: bool
     timestamp: float
+    host_seconds: float = 0.0    # the engine's: scheduling, planning, building the graph
+    device_seconds: float = 0.0  # MLX's: encoding and running the kernels, waiting for them
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ import mlx.core as mx
 
 from . import portable
 from .csr import CsrBuilder, HostCsr, PagedCsrView, PageStructure, host_csr
+from .shape import AttentionShape
 
 __all__ = [
-    "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
-    "paged_attention_partial", "merge_states", "cascade_decline", "backend", "backend_name",
+    "AttentionShape", "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
+    "paged_attention_partial", "prepare_partial", "prepare_cascade", "merge_states", "prepare_merge",
+    "cascade_decline", "backend", "backend_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,8 @@ log = logging.getLogger(__name__)
 KERNELS_ENV = "MLXCEL_KERNELS"
 
 # GPU platform ("cuda" or "metal") -> module under mlxcel.kernels providing
-# paged_attention_partial and merge_states with the portable signatures.
+# paged_attention_partial, prepare_partial, merge_states and prepare_merge
+# with the portable signatures, and prepare_cascade, takes, cascade_decline.
 FUSED_BACKENDS: dict[str, str] = {"cuda": "cuda"}
 
 # Written but never run on their platform (no Apple GPU here): used only on
@@ -49,8 +52,7 @@ def _gpu_platform() -> str | None:
 
 @functools.cache
 def _module(name: str) -> ModuleType:
-    # import_module costs ~5 us even for a loaded module: backend() runs
-    # several times per layer of every decode step.
+    # import_module costs ~5 us even for a loaded module.
     return importlib.import_module(f".{name}", __name__)
 
 
@@ -88,15 +90,38 @@ def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     return backend().paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
 
 
-def cascade_decline(q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
+def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int | None = None):
+    """paged_attention_partial over this layout with its host work (tiles,
+    launch constants) done once: call the result with (q, k_pool, v_pool,
+    last_page_len) for (o, lse)."""
+    return backend().prepare_partial(csr, shape, chunk_pages)
+
+
+def prepare_cascade(shape: AttentionShape, rows: int, shared: PagedCsrView, private: PagedCsrView, members):
+    """A fused backend's whole cascade step over this layout (call it with
+    (q, k_pool, v_pool, last_page_len) for o in q's dtype), or None where the
+    backend has none for this shape and the levels are composed from partials."""
+    module = backend()
+    if not hasattr(module, "prepare_cascade") or not module.takes(shape):
+        return None
+    return module.prepare_cascade(shape, rows, shared, private, members)
+
+
+def cascade_decline(shape: AttentionShape, shared_pages: int, members: int) -> str | None:
     """Why the dispatched kernels would lose on a cascade plan the planner
     chose (their break-even), or None. Backends without a cost model take
     every plan."""
     decline = getattr(backend(), "cascade_decline", None)
-    return decline(q, k_pool, shared_pages, members) if decline else None
+    return decline(shape, shared_pages, members) if decline else None
 
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
     """Merge groups of contiguous softmax states (v [N, H, D], lse [N, H] log2,
     o_indptr [M+1]) into v [M, H, D], lse [M, H]."""
     return backend().merge_states(v_in, lse_in, o_indptr)
+
+
+def prepare_merge(o_indptr, head_dim: int):
+    """merge_states over these groups with their layout uploaded once: call
+    the result with (v_in, lse_in)."""
+    return backend().prepare_merge(o_indptr, head_dim)

@@ -48,12 +48,9 @@ class HostCsr:
 class PageStructure:
     """Identity of a view's page layout (indptr, indices, first_page_offset).
 
-    Views built from unchanged page tables share one instance, so work that
-    depends only on the layout (the cascade plan) can be memoized on it.
+    Views built from unchanged page tables share one instance, so a decode
+    plan, which depends only on the layout, is kept while it is the same.
     """
-
-    def __init__(self) -> None:
-        self.memo: dict[Hashable, object] = {}
 
 
 @dataclass(frozen=True, eq=False)

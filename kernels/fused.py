@@ -38,7 +38,7 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
-from .portable import requested_width
+from .shape import AttentionShape, check_inputs
 from .tile_plan import (HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles,
                         head_layout)
 
@@ -87,17 +87,51 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class CascadeStep:
-    """A cascade decode step's three launches and the device arrays of its layout."""
+class FusedPartial:
+    """The partial kernel (and its tile merge) over one page layout, planned:
+    called with each step's (q, k_pool, v_pool, last_page_len)."""
 
+    kernels: "FusedKernels"
+    launch: Launch
+    plan: TilePlan
+    indices: mx.array
+    rows: int
+
+    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array,
+                 last_page_len: mx.array) -> tuple[mx.array, mx.array]:
+        if self.plan.num_tiles == 0:
+            return portable.no_states(self.rows, q)
+        o, lse = self.kernels.run_partial(self.launch, q, k_pool, v_pool, self.indices, last_page_len,
+                                          self.plan.geometry)
+        if self.plan.one_per_row:
+            return o, lse
+        return self.kernels.merge_groups(o, lse, self.plan.row_indptr_device)
+
+
+@dataclass(frozen=True)
+class FusedCascade:
+    """A cascade decode step's three launches over one layout, planned: called
+    with each step's (q, k_pool, v_pool, last_page_len), returns o in q's dtype."""
+
+    kernels: "FusedKernels"
     level0: Launch
     level1: Launch
     merge: Launch
+    shared: PagedCsrView
+    private_indices: mx.array
     geometry0: mx.array
     geometry1: mx.array
     indptr1: mx.array
     member_list: mx.array
     member_of_row: mx.array
+
+    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
+        k = self.kernels
+        o0, lse0 = k.run_partial(self.level0, q, k_pool, v_pool, self.shared.indices, self.shared.last_page_len,
+                                 self.geometry0, self.member_list)
+        o1, lse1 = k.run_partial(self.level1, q, k_pool, v_pool, self.private_indices, last_page_len,
+                                 self.geometry1)
+        return self.merge([o1, lse1, self.indptr1, o0, lse0, self.member_of_row], k.poison)[0]
 
 
 @dataclass(frozen=True)
@@ -129,11 +163,11 @@ def scale_bits(scale: float) -> int:
     return struct.unpack("<i", struct.pack("<f", float(scale) * LOG2E))[0]
 
 
-def unsupported(q: mx.array, k_pool: mx.array) -> str | None:
-    """Why the fused kernel does not take these inputs, or None."""
-    d = q.shape[-1]
-    if k_pool.dtype not in KERNEL_DTYPES:
-        return f"pool dtype {k_pool.dtype} (fused kernels take bfloat16/float16)"
+def unsupported(shape: AttentionShape) -> str | None:
+    """Why the fused kernel does not take launches of this shape, or None."""
+    d = shape.head_dim
+    if shape.pool_dtype not in KERNEL_DTYPES:
+        return f"pool dtype {shape.pool_dtype} (fused kernels take bfloat16/float16)"
     if d % 32 or d > MAX_HEAD_DIM:
         return f"head dim {d} (fused kernels take multiples of 32 up to {MAX_HEAD_DIM})"
     return None
@@ -185,19 +219,18 @@ class FusedKernels:
             self._kernels[key] = kernel
         return kernel
 
-    def partial_launch(self, q: mx.array, k_pool: mx.array, tiles: int, layout: HeadLayout, scale: float,
-                       stacked: bool) -> Launch:
+    def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool) -> Launch:
         """The partial kernel over ``tiles`` tiles: states o [S, Hkv * heads, D]
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place."""
-        d, hkv = q.shape[-1], k_pool.shape[2]
+        d, hkv = shape.head_dim, shape.kv_heads
         p = self.platform
         return Launch(self._kernel("partial", d, layout.warps), dict(
             # The page size is a template constant: page lookups become shifts.
-            template=[("T", k_pool.dtype), ("TQ", q.dtype), ("D", d), ("BLOCK", k_pool.shape[1]),
+            template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                       ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
-                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(scale))],
+                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(shape.scale))],
             grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
             threadgroup=(layout.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
@@ -209,13 +242,15 @@ class FusedKernels:
                       members: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """One launch: the states of every tile (see partial_launch); with
         ``members``, cascade level 0."""
-        launch = self.partial_launch(q, k_pool, geometry.shape[0], layout, scale, members is not None)
-        return self._run_partial(launch, q, k_pool, v_pool, csr, geometry, members)
+        launch = self.partial_launch(AttentionShape.of(q, k_pool, scale), geometry.shape[0], layout,
+                                     members is not None)
+        return self.run_partial(launch, q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry, members)
 
-    def _run_partial(self, launch: Launch, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
-                     geometry: mx.array, members: mx.array | None = None) -> tuple[mx.array, mx.array]:
+    def run_partial(self, launch: Launch, q: mx.array, k_pool: mx.array, v_pool: mx.array, indices: mx.array,
+                    last_page_len: mx.array, geometry: mx.array,
+                    members: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """A partial launch's inputs, in PARTIAL_INPUTS order."""
-        return launch([q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry,
+        return launch([q, k_pool, v_pool, indices, last_page_len, geometry,
                        self._no_members if members is None else members], self.poison)
 
     @cached_property
@@ -237,53 +272,49 @@ class FusedKernels:
             init_value=self.poison,
         )
 
+    def prepare_partial(self, csr: PagedCsrView, shape: AttentionShape,
+                        chunk_pages: int | None = None) -> "FusedPartial | portable.PartialLaunch":
+        """paged_attention_partial over this layout, planned once (tiles,
+        template constants, grid); shapes the kernel does not take get the
+        portable kernels."""
+        if unsupported(shape):
+            return portable.prepare_partial(csr, shape, chunk_pages)
+        layout = head_layout(shape.group, self.platform.warps)
+        plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads)
+        return FusedPartial(self, self.partial_launch(shape, plan.num_tiles, layout, stacked=False), plan,
+                            csr.indices, csr.num_rows)
+
     def paged_attention_partial(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
                                 *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
-        rows, hq, d = q.shape
-        if rows != csr.num_rows:
-            raise ValueError(f"q has {rows} rows but the page table has {csr.num_rows}")
-        if hq % k_pool.shape[2]:
-            raise ValueError(f"{hq} query heads are not a multiple of {k_pool.shape[2]} KV heads")
-        if unsupported(q, k_pool):
-            return portable.paged_attention_partial(q, k_pool, v_pool, csr, scale=scale, chunk_pages=chunk_pages)
-        key = ("fused_flat_step", q.shape, q.dtype, k_pool.shape[1:], k_pool.dtype, scale,
-               requested_width(chunk_pages))
-        step = csr.structure.memo.get(key)
-        if step is None:             # once per layout, as the cascade's launches
-            layout = head_layout(hq // k_pool.shape[2], self.platform.warps)
-            plan = fused_tiles(csr, chunk_pages, layout, k_pool.shape[2])
-            step = csr.structure.memo[key] = (plan, self.partial_launch(q, k_pool, plan.num_tiles, layout, scale,
-                                                                        stacked=False))
-        plan, launch = step
-        if plan.num_tiles == 0:
-            return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
-        o, lse = self._run_partial(launch, q, k_pool, v_pool, csr, plan.geometry)
-        if plan.one_per_row:
-            return o, lse
-        return self.merge_groups(o, lse, plan.row_indptr_device)
+        check_inputs(q, k_pool, csr)
+        launch = self.prepare_partial(csr, AttentionShape.of(q, k_pool, scale), chunk_pages)
+        return launch(q, k_pool, v_pool, csr.last_page_len)
+
+    def prepare_merge(self, o_indptr, head_dim: int) -> Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]:
+        """merge_states over these groups, their layout uploaded once."""
+        indptr = np.asarray(o_indptr, dtype=np.int64)
+        if head_dim % 32 or (np.diff(indptr) == 1).all() or len(indptr) < 2:
+            return portable.prepare_merge(indptr, head_dim)
+        device = mx.array(indptr.astype(np.int32))
+        return lambda v, lse: self.merge_groups(v, lse, device)
 
     def merge_states(self, v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
-        d = v_in.shape[-1]
-        if d % 32 or v_in.shape[0] == 0:
+        if v_in.shape[0] == 0:
             return portable.merge_states(v_in, lse_in, o_indptr)
-        if isinstance(o_indptr, mx.array):
+        if isinstance(o_indptr, mx.array) and v_in.shape[-1] % 32 == 0:
             return self.merge_groups(v_in, lse_in, o_indptr.astype(mx.int32))
-        indptr = np.asarray(o_indptr, dtype=np.int64)
-        if (np.diff(indptr) == 1).all():     # every group one state: a copy, no arithmetic
-            order = mx.array(indptr[:-1].astype(np.int32))
-            return v_in[order].astype(mx.float32), lse_in[order].astype(mx.float32)
-        return self.merge_groups(v_in, lse_in, mx.array(indptr.astype(np.int32)))
+        return self.prepare_merge(np.asarray(o_indptr), v_in.shape[-1])(v_in, lse_in)
 
-    def takes(self, q: mx.array, k_pool: mx.array) -> bool:
-        return unsupported(q, k_pool) is None
+    def takes(self, shape: AttentionShape) -> bool:
+        return unsupported(shape) is None
 
-    def cascade_decline(self, q: mx.array, k_pool: mx.array, shared_pages: int, members: int) -> str | None:
+    def cascade_decline(self, shape: AttentionShape, shared_pages: int, members: int) -> str | None:
         """Why a cascade of ``members`` rows over ``shared_pages`` pages would
         lose to the flat launch on these kernels, or None."""
-        if not self.takes(q, k_pool):
+        if not self.takes(shape):
             return None                    # the portable kernels run it: no cost model here
-        block_size, kv_heads, d = k_pool.shape[1:]
-        saved = shared_pages * (members - 1) * block_size * kv_heads * d * 2 * k_pool.dtype.size
+        page_bytes = shape.block_size * shape.kv_heads * shape.head_dim * 2 * shape.pool_dtype.size
+        saved = shared_pages * (members - 1) * page_bytes
         if saved >= self.cascade_break_even_bytes:
             return None
         return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
@@ -303,51 +334,44 @@ class FusedKernels:
         return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, target)),
                 (flat, fused_tiles(private, None, flat, kv_heads)))
 
-    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
-                       private: PagedCsrView, members, *, scale: float,
-                       level0_pages: int | None = None, level0_warps_m: int | None = None,
-                       level0_warps: int | None = None) -> mx.array:
-        """One cascade decode step in three launches: o [R, Hq, D] in q's dtype.
+    def prepare_cascade(self, shape: AttentionShape, rows: int, shared: PagedCsrView, private: PagedCsrView,
+                        members, level0_pages: int | None = None, level0_warps_m: int | None = None,
+                        level0_warps: int | None = None) -> FusedCascade:
+        """One cascade decode step's three launches, planned once per layout.
 
         ``shared`` is level 0 (one row over the span every member shares, all
         pages full), ``private`` level 1 (every row's range minus the members'
         span), ``members`` the member rows (host ints). ``level0_pages`` fixes
         level 0's tile width, ``level0_warps_m`` caps its head-splitting
         warps and ``level0_warps`` sets its block's warps (benchmark sweeps)."""
-        member_rows = tuple(members)
-        # Everything but the arrays is fixed by the layout and the shapes: built
-        # once per layout (the shared view lives as long as the plan).
-        key = ("fused_cascade_step", private.structure, q.shape, q.dtype, k_pool.shape[1:], k_pool.dtype, scale,
-               member_rows, level0_pages, level0_warps_m, level0_warps)
-        step = shared.structure.memo.get(key)
-        if step is None:
-            step = shared.structure.memo[key] = self._cascade_step(q, k_pool, shared, private, member_rows, scale,
-                                                                   level0_pages, level0_warps_m, level0_warps)
-        o0, lse0 = self._run_partial(step.level0, q, k_pool, v_pool, shared, step.geometry0, step.member_list)
-        o1, lse1 = self._run_partial(step.level1, q, k_pool, v_pool, private, step.geometry1)
-        return step.merge([o1, lse1, step.indptr1, o0, lse0, step.member_of_row], self.poison)[0]
-
-    def _cascade_step(self, q: mx.array, k_pool: mx.array, shared: PagedCsrView, private: PagedCsrView,
-                      member_rows: tuple[int, ...], scale: float, level0_pages: int | None,
-                      level0_warps_m: int | None, level0_warps: int | None) -> CascadeStep:
-        rows, hq, d = q.shape
-        hkv = k_pool.shape[2]
+        member_rows = tuple(int(m) for m in members)
+        hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
         member_of_row = np.full(rows, -1, np.int32)
         member_of_row[list(member_rows)] = np.arange(len(member_rows), dtype=np.int32)
         (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
                                                               level0_pages, level0_warps_m, level0_warps)
         lanes = rows * hq * 32
         merge = Launch(self._kernel("cascade_merge", d), dict(
-            template=[("TO", q.dtype), ("D", d), ("G", hq // hkv),
+            template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv),
                       ("MEMBER_IS_ROW", bool((member_of_row == np.arange(rows)).all())),
                       ("PRIVATE_ONE", plan1.one_per_row)],
             grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
             threadgroup=(MERGE_THREADS, 1, 1),
             output_shapes=[(rows, hq, d)],
-            output_dtypes=[q.dtype],
+            output_dtypes=[shape.q_dtype],
         ))
-        return CascadeStep(
-            level0=self.partial_launch(q, k_pool, plan0.num_tiles, stacked, scale, stacked=True),
-            level1=self.partial_launch(q, k_pool, plan1.num_tiles, flat, scale, stacked=False),
-            merge=merge, geometry0=plan0.geometry, geometry1=plan1.geometry, indptr1=plan1.row_indptr_device,
+        return FusedCascade(
+            kernels=self,
+            level0=self.partial_launch(shape, plan0.num_tiles, stacked, stacked=True),
+            level1=self.partial_launch(shape, plan1.num_tiles, flat, stacked=False),
+            merge=merge, shared=shared, private_indices=private.indices,
+            geometry0=plan0.geometry, geometry1=plan1.geometry, indptr1=plan1.row_indptr_device,
             member_list=mx.array(np.asarray(member_rows, np.int32)), member_of_row=mx.array(member_of_row))
+
+    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
+                       private: PagedCsrView, members, *, scale: float, **level0) -> mx.array:
+        """One cascade decode step in three launches: o [R, Hq, D] in q's dtype
+        (prepare_cascade, then the call; ``level0`` takes its sweep options)."""
+        step = self.prepare_cascade(AttentionShape.of(q, k_pool, scale), q.shape[0], shared, private, members,
+                                    **level0)
+        return step(q, k_pool, v_pool, private.last_page_len)

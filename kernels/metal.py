@@ -392,7 +392,10 @@ KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, C
 
 # The backend API (kernels/__init__.py dispatches to these names).
 paged_attention_partial = KERNELS.paged_attention_partial
+prepare_partial = KERNELS.prepare_partial
 merge_states = KERNELS.merge_states
-takes = KERNELS.takes  # whether cascade_decode runs on these inputs (else the generic two-level path)
+prepare_merge = KERNELS.prepare_merge
+takes = KERNELS.takes  # whether prepare_cascade runs this shape (else the generic two-level path)
 cascade_decline = KERNELS.cascade_decline
+prepare_cascade = KERNELS.prepare_cascade
 cascade_decode = KERNELS.cascade_decode

@@ -18,6 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr, PagedCsrView
+from .shape import AttentionShape, check_inputs
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -109,14 +110,8 @@ def build_tiles(host: HostCsr, width: int) -> PageTiles:
 
 
 def page_tiles(csr: PagedCsrView, chunk_pages: int | None = None) -> PageTiles:
-    """The view's tiles, memoized on its page structure (shared by all layers
-    of a step and by later steps whose layout is unchanged)."""
-    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages())
-    key = ("portable_tiles", width)
-    tiles = csr.structure.memo.get(key)
-    if tiles is None:
-        tiles = csr.structure.memo[key] = build_tiles(csr.host, width)
-    return tiles
+    """The view's tiles at the requested or heuristic width."""
+    return build_tiles(csr.host, requested_width(chunk_pages) or tile_width(csr.host.num_pages()))
 
 
 def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTiles,
@@ -152,47 +147,97 @@ def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTile
     return o.reshape(count, hq, d), lse.reshape(count, hq)
 
 
-def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
-                            *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
-    rows, hq, d = q.shape
-    if rows != csr.num_rows:
-        raise ValueError(f"q has {rows} rows but the page table has {csr.num_rows}")
-    if hq % k_pool.shape[2]:
-        raise ValueError(f"{hq} query heads are not a multiple of {k_pool.shape[2]} KV heads")
-    tiles = page_tiles(csr, chunk_pages)
-    if tiles.num_tiles == 0:
-        return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
-    o, lse = tile_states(q, k_pool, v_pool, tiles, csr.last_page_len, scale)
-    if tiles.one_per_row:
-        return o, lse
-    return merge_states(o, lse, tiles.row_indptr)
+@dataclass(frozen=True)
+class MergeLayout:
+    """Where each group's states sit (host work done once per layout)."""
+
+    groups: int
+    widest: int              # most states in a group
+    order: mx.array | None   # every group one state: which one (a copy, no arithmetic)
+    slot: mx.array | None    # [M, K] state of each group's k-th entry
+    present: mx.array | None  # [M, K, 1] whether that entry exists
 
 
-def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
-    """Merge groups of contiguous states: v [M, H, D] float32, lse [M, H] log2.
-    A state with lse -inf weighs 0; a group with no weight gives v 0, lse -inf."""
+def merge_layout(o_indptr) -> MergeLayout:
     indptr = np.asarray(o_indptr, dtype=np.int64)
     sizes = np.diff(indptr)
-    groups, heads, d = len(sizes), v_in.shape[1], v_in.shape[2]
+    groups = len(sizes)
     widest = int(sizes.max()) if groups else 0
     if widest == 0:
-        return mx.zeros((groups, heads, d), mx.float32), mx.full((groups, heads), -mx.inf, mx.float32)
+        return MergeLayout(groups, 0, None, None, None)
     if (sizes == 1).all():
-        order = mx.array(indptr[:-1].astype(np.int32))
-        return v_in[order].astype(mx.float32), lse_in[order].astype(mx.float32)
-
+        return MergeLayout(groups, 1, mx.array(indptr[:-1].astype(np.int32)), None, None)
     column = np.arange(widest)
     present = column < sizes[:, None]
-    slot = mx.array(np.where(present, indptr[:-1, None] + column, 0).astype(np.int32))
-    present = mx.array(present)[:, :, None]                          # [M, K, 1]
-    lse = mx.where(present, lse_in[slot].astype(mx.float32), -mx.inf)  # [M, K, H]
+    slot = np.where(present, indptr[:-1, None] + column, 0).astype(np.int32)
+    return MergeLayout(groups, widest, None, mx.array(slot), mx.array(present)[:, :, None])
+
+
+def merge_with(v_in: mx.array, lse_in: mx.array, layout: MergeLayout) -> tuple[mx.array, mx.array]:
+    """Merge groups of states laid out by ``layout``: v [M, H, D] float32, lse [M, H] log2.
+    A state with lse -inf weighs 0; a group with no weight gives v 0, lse -inf."""
+    heads, d = v_in.shape[1], v_in.shape[2]
+    if layout.widest == 0:
+        return (mx.zeros((layout.groups, heads, d), mx.float32),
+                mx.full((layout.groups, heads), -mx.inf, mx.float32))
+    if layout.order is not None:
+        return v_in[layout.order].astype(mx.float32), lse_in[layout.order].astype(mx.float32)
+    lse = mx.where(layout.present, lse_in[layout.slot].astype(mx.float32), -mx.inf)  # [M, K, H]
     top = lse.max(axis=1, keepdims=True)
     top = mx.where(top == -mx.inf, 0.0, top)
     weights = exp2(lse - top)                                        # -inf -> 0
     total = weights.sum(axis=1)                                      # [M, H]
-    mixed = mx.where(weights[..., None] > 0, weights[..., None] * v_in[slot].astype(mx.float32), 0.0)
+    mixed = mx.where(weights[..., None] > 0, weights[..., None] * v_in[layout.slot].astype(mx.float32), 0.0)
     v = mixed.sum(axis=1) / mx.where(total > 0, total, 1.0)[..., None]
     return v, top[:, 0] + mx.log2(total)
+
+
+def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
+    """Merge groups of contiguous states (see merge_with)."""
+    return merge_with(v_in, lse_in, merge_layout(o_indptr))
+
+
+def prepare_merge(o_indptr, head_dim: int):
+    """merge_states over these groups, their layout built once."""
+    layout = merge_layout(o_indptr)
+    return lambda v, lse: merge_with(v, lse, layout)
+
+
+def no_states(rows: int, q: mx.array) -> tuple[mx.array, mx.array]:
+    """The states of rows that attend to nothing: v 0, lse -inf."""
+    hq, d = q.shape[1], q.shape[2]
+    return mx.zeros((rows, hq, d), mx.float32), mx.full((rows, hq), -mx.inf, mx.float32)
+
+
+@dataclass(frozen=True)
+class PartialLaunch:
+    """paged_attention_partial over one page layout, its host work done:
+    called with each step's (q, k_pool, v_pool, last_page_len)."""
+
+    tiles: PageTiles
+    merge: MergeLayout | None   # None: one tile per row
+    shape: AttentionShape
+    rows: int
+
+    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array,
+                 last_page_len: mx.array) -> tuple[mx.array, mx.array]:
+        if self.tiles.num_tiles == 0:
+            return no_states(self.rows, q)
+        o, lse = tile_states(q, k_pool, v_pool, self.tiles, last_page_len, self.shape.scale)
+        return (o, lse) if self.merge is None else merge_with(o, lse, self.merge)
+
+
+def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int | None = None) -> PartialLaunch:
+    tiles = page_tiles(csr, chunk_pages)
+    merge = None if tiles.one_per_row or tiles.num_tiles == 0 else merge_layout(tiles.row_indptr)
+    return PartialLaunch(tiles, merge, shape, csr.num_rows)
+
+
+def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+                            *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
+    check_inputs(q, k_pool, csr)
+    launch = prepare_partial(csr, AttentionShape.of(q, k_pool, scale), chunk_pages)
+    return launch(q, k_pool, v_pool, csr.last_page_len)
 
 
 def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:

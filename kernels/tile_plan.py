@@ -168,20 +168,11 @@ def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
 
 def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int,
                 target_blocks: int = TARGET_BLOCKS) -> TilePlan:
-    """The view's tiles for a fused launch with this head layout, memoized on
-    its page structure. ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as
-    for the portable kernels) overrides the width heuristic."""
-    memo = csr.structure.memo
-    requested = requested_width(chunk_pages)
+    """The view's tiles for a fused launch with this head layout.
+    ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the portable
+    kernels) overrides the width heuristic."""
     blocks_per_tile = kv_heads * layout.groups
     min_tokens = max(MIN_TILE_TOKENS, TOKENS_PER_HEAD * layout.heads)
-    key = ("fused_tiles", blocks_per_tile, min_tokens, requested, target_blocks)
-    plan = memo.get(key)
-    if plan is None:
-        width = requested or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size,
-                                        target_blocks=target_blocks, min_tokens=min_tokens)
-        plan = memo.get(("fused_tiles_width", width))
-        if plan is None:
-            plan = memo[("fused_tiles_width", width)] = plan_tiles(csr.host, width)
-        memo[key] = plan
-    return plan
+    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size,
+                                                       target_blocks=target_blocks, min_tokens=min_tokens)
+    return plan_tiles(csr.host, width)

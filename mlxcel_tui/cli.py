@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import sys
 import threading
 import traceback
@@ -68,7 +69,49 @@ def debug_option(f):
     return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
 
 
+def api_key_options(what: str):
+    def decorate(f):
+        f = click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                         default=None, help="Read the API key from FILE.")(f)
+        return click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
+                            help=f"{what} [env MLXCEL_API_KEY: unlike a command line, not shown to other "
+                                 "users by ps].")(f)
+    return decorate
+
+
+def api_key_from(api_key: str | None, api_key_file: Path | None) -> str | None:
+    """The key from --api-key / MLXCEL_API_KEY or --api-key-file, refused unless printable ASCII."""
+    from mlxcel.engine.listen import check_api_key
+
+    if api_key_file:
+        if api_key:
+            raise click.UsageError("give --api-key (or MLXCEL_API_KEY) or --api-key-file, not both")
+        try:
+            api_key = api_key_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise CliError(f"cannot read --api-key-file {api_key_file}: {err}") from err
+        if not api_key:
+            raise CliError(f"--api-key-file {api_key_file} is empty")
+    try:
+        check_api_key(api_key)
+    except ValueError as err:
+        raise CliError(str(err)) from err
+    return api_key or None
+
+
 # -- building the engine ----------------------------------------------------
+
+def import_mlx_lm() -> None:
+    """Import mlx-lm keeping this process's file limit: its import sets
+    RLIMIT_NOFILE to (2048, 4096), which lowers a higher limit for good and
+    fails ("not allowed to raise maximum limit") where the hard limit is lower."""
+    setrlimit = resource.setrlimit
+    resource.setrlimit = lambda which, limits: None if which == resource.RLIMIT_NOFILE else setrlimit(which, limits)
+    try:
+        import mlx_lm  # noqa: F401
+    finally:
+        resource.setrlimit = setrlimit
+
 
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
@@ -76,6 +119,7 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     """The engine on MODEL: a model directory, or a built-in name (None: the
     default). ``progress(what, done, total)`` follows a first-use conversion,
     ``stage(what)`` the steps after it."""
+    import_mlx_lm()  # before any engine module imports it
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
 
@@ -167,9 +211,10 @@ def tui():
 @click.argument("model", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind the HTTP server to.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
-@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
-              help="Bearer token every endpoint but /metrics demands [env MLXCEL_API_KEY]; "
-                   "required to bind beyond loopback.")
+@api_key_options("Bearer token every endpoint but /metrics demands; required to bind beyond loopback")
+@click.option("--no-host-check", is_flag=True,
+              help="Without an API key, accept requests whatever their Host header names (behind a proxy, "
+                   "say); by default only localhost names and the bound address are accepted.")
 @click.option("--headless", is_flag=True, help="Run engine, sessions and server without the dashboard.")
 @model_options
 @cascade_options
@@ -177,9 +222,9 @@ def tui():
 @pool_options
 @limit_options
 @debug_option
-def serve(model, host, port, api_key, headless, dtype, cascade, min_shared_pages, min_members, sessions,
-          system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb, block_size,
-          max_prompt_tokens, max_body_bytes, debug):
+def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
+          min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
+          block_size, max_prompt_tokens, max_body_bytes, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
     MODEL is a local model directory (an mlx-community conversion, say) or
@@ -190,6 +235,7 @@ def serve(model, host, port, api_key, headless, dtype, cascade, min_shared_pages
 
     if system_prompt and shared_prefix_tokens:
         raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
+    api_key = api_key_from(api_key, api_key_file)
     try:
         check_bind(host, api_key)
     except ValueError as err:
@@ -214,7 +260,8 @@ def serve(model, host, port, api_key, headless, dtype, cascade, min_shared_pages
                                   block_size, dtype, progress, stage)
             prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
             limits = ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes)
-            server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, limits=limits)
+            server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, host=host,
+                                  check_host=not no_host_check, limits=limits)
             uv = make_uvicorn(server.app, on_shutdown=server.drain)
             engine.start()
             server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
@@ -282,14 +329,14 @@ def stop_serving(engine, server) -> None:
 
 @tui.command()
 @click.argument("url")
-@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None, help="Bearer token for the server.")
+@api_key_options("Bearer token for the server")
 @debug_option
-def attach(url, api_key, debug):
+def attach(url, api_key, api_key_file, debug):
     """Show the dashboard for a server already running at URL."""
     from .app import DashboardApp
     from .source import HttpSource, SourceError
 
-    source = HttpSource(url, api_key)
+    source = HttpSource(url, api_key_from(api_key, api_key_file))
     try:
         source.snapshot()
     except SourceError as err:

@@ -28,9 +28,10 @@ def run_cli(script: str, args: list[str], env: dict[str, str], timeout: float = 
 class ServeProcess:
     """`mlxcel-tui serve --headless ...` running; `url` once it says where it serves."""
 
-    def __init__(self, args: list[str], env: dict[str, str], timeout: float = 60) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], timeout: float = 60, preexec_fn=None) -> None:
         self.proc = subprocess.Popen([str(SCRIPTS / "mlxcel-tui"), "serve", "--headless", *args], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=preexec_fn)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -9,6 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import HostCsr, host_csr
 
@@ -25,6 +26,16 @@ ATOL = 2e-5
 # several times above that and below the O(0.1) errors of a wrong mask, head
 # mapping or merge.
 FUSED_ATOL = {mx.bfloat16: 3e-2, mx.float16: 1e-2}
+
+
+class OutcomeRecorder(EngineMetrics):
+    """The engine's metrics, keeping the last outcome a standalone decode call reported."""
+
+    last_outcome = None
+
+    def record_decode(self, outcome, launches=1):
+        super().record_decode(outcome, launches)
+        self.last_outcome = outcome
 
 
 def kernel_atol(pool_dtype) -> float:

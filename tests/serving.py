@@ -11,11 +11,14 @@ from mlxcel.engine.server import OpenAIServer
 
 
 @contextlib.contextmanager
-def running_server(engine, sessions=None, api_key=None, limits=None):
+def running_server(engine, sessions=None, api_key=None, limits=None, check_host=True, **uvicorn_options):
     """Yield (base url, OpenAIServer) while the engine and uvicorn run; on the
-    way out the server drains as `serve` does (every request ends "cancelled")."""
-    server = OpenAIServer(engine, engine.loaded.name, sessions=sessions, api_key=api_key, limits=limits)
-    uv = make_uvicorn(server.app, on_shutdown=server.drain)
+    way out the server drains as `serve` does (every request ends "cancelled").
+    `uvicorn_options` go to make_uvicorn (request_timeout, max_connections);
+    the uvicorn server is `server.uvicorn`."""
+    server = OpenAIServer(engine, engine.loaded.name, sessions=sessions, api_key=api_key, limits=limits,
+                          check_host=check_host)
+    uv = server.uvicorn = make_uvicorn(server.app, on_shutdown=server.drain, **uvicorn_options)
     sock = bind_socket("127.0.0.1", 0)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     engine.start()

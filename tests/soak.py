@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
@@ -31,6 +32,7 @@ class SoakReport:
     completed: int = 0          # streams read to [DONE], each checked well formed
     disconnected: int = 0       # streams the client hung up on before [DONE]
     malformed: list[str] = field(default_factory=list)
+    statuses: Counter = field(default_factory=Counter)  # HTTP status -> responses
     rss_warm: int = 0           # bytes, after warm-up
     rss_end: int = 0
     rss_peak: int = 0
@@ -50,6 +52,7 @@ async def one_request(client: httpx.AsyncClient, body: dict, hang_up_after: int 
     """Read one stream to [DONE] and check it, or hang up after `hang_up_after` data lines."""
     lines = []
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        report.statuses[response.status_code] += 1
         async for line in response.aiter_lines():
             if line:
                 lines.append(line)

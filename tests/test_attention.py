@@ -1,5 +1,5 @@
 """The decode path: flat and cascade launches against the reference and each
-other, head stacking, planner call counts, fallback, gather path, metrics."""
+other, head stacking, one plan per step, fallback, gather path, metrics."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 
 from mlxcel import kernels
-from mlxcel.engine import attention, cascade
-from mlxcel.engine.attention import (cascade_launch, flat_launch, paged_decode_attention, paged_prefill_attention,
-                                     stack_member_heads, unstack_member_heads)
+from mlxcel.engine import attention, cascade, decode_plan
+from mlxcel.engine.attention import (ComposedCascade, paged_prefill_attention, prepare_cascade_launch,
+                                     prepare_flat_launch, stack_member_heads, unstack_member_heads)
 from mlxcel.engine.cascade import CascadePlan, plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.kernels import CsrBuilder, PagedCsrView
+from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
+from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
 from mlxcel.kernels.reference import reference_decode, reference_prefill
-from paged_cases import ATOL, fresh_blocks, kernel_atol, make_case, mixed_batch, rng  # noqa: F401  (rng is a fixture)
+from paged_cases import (ATOL, OutcomeRecorder, fresh_blocks, kernel_atol, make_case, mixed_batch,  # noqa: F401
+                         rng)  # rng is a fixture
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
 OFF = CascadeConfig(enabled=False)
@@ -51,7 +52,7 @@ def test_cascade_equals_flat_and_reference(rng, group, head_dim, block_size):
     # Members with different private tails, a row sharing only two pages, a
     # mid-page row, an unrelated row: one launch serves the mixed batch.
     case = mixed_batch(rng, block_size=block_size, group=group, head_dim=head_dim)
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     cascaded = decode(case, ON, metrics)
     assert metrics.last_outcome.kind == "cascade"
     assert metrics.last_outcome.plan == CascadePlan([0, 1, 2], 5)
@@ -75,11 +76,16 @@ def test_half_precision_pools_and_queries(rng, pool_dtype, q_dtype):
                                atol=max(atol, CASCADE_ATOL), rtol=0)
 
 
+def shape_of(case):
+    return AttentionShape.of(case.q, case.k_pool, case.scale)
+
+
 def test_a_subgroup_of_one_is_the_flat_result(rng):
     # One member: level 0 over its shared span, level 1 over the rest, merged.
     case = mixed_batch(rng, block_size=16, group=4)
-    one = cascade_launch(case.q, case.k_pool, case.v_pool, case.csr, CascadePlan([2], 5), scale=case.scale)
-    flat = flat_launch(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
+    args = (case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
+    one = prepare_cascade_launch(case.csr, CascadePlan([2], 5), shape_of(case))(*args)
+    flat = prepare_flat_launch(case.csr, shape_of(case))(*args)
     np.testing.assert_allclose(np.array(one), np.array(flat), atol=CASCADE_ATOL, rtol=0)
 
 
@@ -132,14 +138,15 @@ def test_member_major_stacking_gives_a_wrong_answer(rng):
 def test_the_shared_span_is_read_once_per_subgroup(rng, monkeypatch):
     case = mixed_batch(rng, block_size=16, group=4)
     calls = []
-    real = kernels.paged_attention_partial
-    monkeypatch.setattr(kernels, "paged_attention_partial",
-                        lambda q, k, v, csr, **kw: calls.append((q.shape, csr.host)) or real(q, k, v, csr, **kw))
+    real = kernels.prepare_partial
+    monkeypatch.setattr(kernels, "prepare_partial",
+                        lambda csr, shape, *a: calls.append((shape, csr.host)) or real(csr, shape, *a))
+    monkeypatch.setattr(kernels, "prepare_cascade", lambda *a: None)   # the levels as separate launches
     decode(case, ON)
     (level0_shape, level0), (_, level1) = calls
     shared = case.host.pages(0)[:5].tolist()
     assert level0.num_rows == 1 and level0.pages(0).tolist() == shared
-    assert level0_shape[1] == 3 * case.q.shape[1]            # all 3 members' heads stacked on one row
+    assert level0_shape.q_heads == 3 * case.q.shape[1]       # all 3 members' heads stacked on one row
     for member in (0, 1, 2):                                  # level 1 reads only the private suffix
         assert level1.pages(member).tolist() == case.host.pages(member)[5:].tolist()
     for other in (3, 4, 5):                                   # non-members: their whole range
@@ -150,37 +157,42 @@ def test_disabled_cascade_never_scans_the_page_table(rng, monkeypatch):
     case = mixed_batch(rng, block_size=16)
     decides, explains = [], []
     monkeypatch.setattr(cascade, "decide", lambda *a: decides.append(a))
-    monkeypatch.setattr(attention, "explain_cascade", lambda *a: explains.append(a))
+    monkeypatch.setattr(decode_plan, "explain_cascade", lambda *a: explains.append(a))
     for _layer in range(4):
         decode(case, OFF)
     assert decides == [] and explains == []
 
 
-def test_one_scan_per_step_for_every_layer(rng, monkeypatch):
+def test_one_plan_per_step_kept_while_the_layout_and_settings_hold(rng, monkeypatch):
     case = mixed_batch(rng, block_size=16)
-    scans = []
-    real = cascade.decide
-    monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a) or real(*a))
-    builder = CsrBuilder(16)
+    scans, prepared = [], []
+    real_decide, real_prepare = cascade.decide, decode_plan.prepare_cascade_launch
+    monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a) or real_decide(*a))
+    monkeypatch.setattr(decode_plan, "prepare_cascade_launch", lambda *a: prepared.append(a) or real_prepare(*a))
+    builder, planner = CsrBuilder(16), DecodePlanner()
     tables = [case.host.pages(r).tolist() for r in range(case.host.num_rows)]
     tokens = case.host.num_tokens() + case.host.first_page_offset
     offsets = case.host.first_page_offset.tolist()
-    metrics = EngineMetrics()
-    for step, key in enumerate(["layout-a", "layout-a", "layout-b"]):
+    config = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
+    want = np.array(decode(case, OFF))
+    for step, key in enumerate(["layout-a", "layout-a", "layout-b", "layout-b"]):
+        if step == 3:
+            config.update(min_members=3)             # a live change: the next step plans anew
         csr = builder.build(key, tables, tokens.tolist(), offsets)
+        plan = planner.plan(csr, config.snapshot(), shape_of(case))
         for _layer in range(6):
-            paged_decode_attention(case.q, case.k_pool, case.v_pool, csr, scale=case.scale, config=ON,
-                                   metrics=metrics)
-        # Unchanged layout (same key) reuses the plan; a new layout scans once.
-        assert len(scans) == (1 if step < 2 else 2)
-    assert launches(metrics, "cascade") == 18
+            o = plan.attend(case.q, case.k_pool, case.v_pool, csr.last_page_len)
+        np.testing.assert_allclose(np.array(o), want, atol=CASCADE_ATOL, rtol=0)
+        # Same layout and settings: the same plan; a new layout or setting: one scan, one preparation.
+        assert len(scans) == len(prepared) == [1, 1, 2, 3][step]
+        assert plan.outcome.kind == "cascade"
 
 
 def test_multi_token_steps_take_the_gather_path_without_the_planner(rng, monkeypatch):
     case = mixed_batch(rng, block_size=16, group=4)
     scans = []
     monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a))
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     q = mx.array(rng.standard_normal((6, 8, 3, 64)).astype(np.float32))
     o = decode(case, ON, metrics, q=q)
     assert scans == [] and metrics.last_outcome.kind == "gather"
@@ -215,16 +227,21 @@ def test_mlx_lm_query_shape_is_accepted(rng):
     np.testing.assert_allclose(np.array(o[:, :, 0]), np.array(decode(case, ON)), atol=0, rtol=0)
 
 
-def test_a_failing_cascade_falls_back_to_flat_in_the_same_step(rng, monkeypatch, caplog):
+@pytest.mark.parametrize("where", ["preparing", "launching"])
+def test_a_failing_cascade_falls_back_to_flat_in_the_same_step(rng, monkeypatch, caplog, where):
     case = mixed_batch(rng, block_size=16, group=4)
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected level-0 fault")
 
-    monkeypatch.setattr(attention, "cascade_launch", broken)
-    monkeypatch.setattr(attention, "_logged_outcomes", set())
-    with caplog.at_level(logging.INFO, logger="mlxcel.engine.attention"):
+    monkeypatch.setattr(kernels, "prepare_cascade", lambda *a: None)   # the composed levels (portable)
+    if where == "preparing":
+        monkeypatch.setattr(decode_plan, "prepare_cascade_launch", broken)
+    else:
+        monkeypatch.setattr(ComposedCascade, "__call__", broken)
+    monkeypatch.setattr(decode_plan, "_logged_outcomes", set())
+    with caplog.at_level(logging.INFO, logger="mlxcel.engine.decode_plan"):
         o = decode(case, ON, metrics)
         decode(case, ON, metrics)
     np.testing.assert_allclose(np.array(o), np.array(decode(case, OFF)), atol=0, rtol=0)
@@ -239,7 +256,7 @@ def test_a_failing_cascade_falls_back_to_flat_in_the_same_step(rng, monkeypatch,
 
 def test_metrics_count_every_launch(rng):
     case = mixed_batch(rng, block_size=16, group=4)
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     for _layer in range(3):
         decode(case, ON, metrics)
     decode(case, OFF, metrics)
@@ -256,8 +273,8 @@ def test_metrics_count_every_launch(rng):
 
 def test_each_outcome_is_logged_once(rng, monkeypatch, caplog):
     case = mixed_batch(rng, block_size=16, group=4)
-    monkeypatch.setattr(attention, "_logged_outcomes", set())
-    with caplog.at_level(logging.INFO, logger="mlxcel.engine.attention"):
+    monkeypatch.setattr(decode_plan, "_logged_outcomes", set())
+    with caplog.at_level(logging.INFO, logger="mlxcel.engine.decode_plan"):
         for _ in range(3):
             decode(case, ON)
             decode(case, OFF)
@@ -265,14 +282,14 @@ def test_each_outcome_is_logged_once(rng, monkeypatch, caplog):
     backend = kernels.backend_name()     # "portable" on the CPU, "cuda" on an NVIDIA GPU
     assert messages == [
         "paged decode v2: fused v2 cascade launch (batch 6, 3 of them sharing 5 pages / 80 KV tokens read once; "
-        f"{backend} kernels)",
+        f"spans: rows [0, 1, 2] pages 0-5; {backend} kernels)",
         f"paged decode v2: fused v2 flat launch (batch 6; cascade off; {backend} kernels)",
     ]
 
 
 def test_live_config_changes_apply_on_the_next_step(rng):
     case = mixed_batch(rng, block_size=16, group=4)
-    config, metrics = CascadeConfig(enabled=False, min_shared_pages=2), EngineMetrics()
+    config, metrics = CascadeConfig(enabled=False, min_shared_pages=2), OutcomeRecorder()
     decode(case, config, metrics)
     assert metrics.last_outcome.kind == "flat"
     config.update(enabled=True)

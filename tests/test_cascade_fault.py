@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from reliability import assert_pool_at_baseline
 
-from mlxcel.engine import attention
+from mlxcel import kernels
+from mlxcel.engine.attention import ComposedCascade
 from mlxcel.engine.sequence import SamplingParams
 
 SHARED = [(11 * i) % 900 + 5 for i in range(3 * 32)]  # three shared pages
@@ -30,14 +31,16 @@ def sample(engine, name, path=None):
 
 @pytest.fixture
 def failing_cascade(monkeypatch):
-    """Every planned cascade launch raises (as a broken kernel would); counts the attempts."""
+    """Every planned cascade launch raises in its first layer (as a broken
+    kernel would); counts the attempts."""
     attempts = []
 
     def broken(*args, **kwargs):
         attempts.append(1)
         raise RuntimeError("injected cascade fault")
 
-    monkeypatch.setattr(attention, "cascade_launch", broken)
+    monkeypatch.setattr(kernels, "prepare_cascade", lambda *a: None)   # the composed levels, on every backend
+    monkeypatch.setattr(ComposedCascade, "__call__", broken)
     return attempts
 
 
@@ -46,8 +49,9 @@ def test_failed_cascade_falls_back_to_flat_with_the_same_outputs(make_engine, fa
     outputs = engine.generate(PROMPTS, PARAMS)
     assert failing_cascade, "cascade was never planned, so nothing was injected"
     assert outputs == reference
+    # A step whose first layer fails runs flat in every layer; the next step tries again.
     failures = sample(engine, "mlxcel_cascade_failures_total")
-    assert failures == len(failing_cascade)
+    assert failures == len(failing_cascade) * engine.loaded.num_layers
     assert sample(engine, "mlxcel_paged_decode_launches_total", "cascade") == 0
     assert sample(engine, "mlxcel_paged_decode_launches_total", "fused_v2") >= failures
     assert engine.snapshot.last_path == "fused_v2"

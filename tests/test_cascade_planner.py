@@ -1,4 +1,4 @@
-"""Cascade planner: one test per decline rule, subgroup search, memoization,
+"""Cascade planner: one test per decline rule, subgroup search,
 and a brute-force check over random page tables."""
 
 from __future__ import annotations
@@ -119,19 +119,6 @@ def test_ties_break_deterministically():
               SHARED[:4] + private(3, 1)]
     # Equal saved reads and spans: the subgroup whose first row comes first.
     assert plan_cascade(view(tables), settings_()) == CascadePlan([0, 2], 4)
-
-
-def test_decision_is_memoized_per_layout_and_thresholds(monkeypatch):
-    calls = []
-    real = cascade.decide
-    monkeypatch.setattr(cascade, "decide", lambda *a: calls.append(a) or real(*a))
-    csr = view([SHARED + private(0, 1), SHARED + private(1, 1)])
-    for _ in range(3):
-        explain_cascade(csr, settings_())
-    assert len(calls) == 1
-    explain_cascade(csr, settings_(min_shared_pages=9))      # new thresholds: new decision
-    assert len(calls) == 2
-    assert explain_cascade(csr, settings_(min_shared_pages=9)).plan is None
 
 
 def brute_force_best(tables, offsets, min_shared_pages, min_members):

@@ -47,7 +47,11 @@ def assert_config_kept(engine, version):
     assert engine.cascade.as_dict() == IN_FORCE and engine.cascade.version == version
 
 
-@pytest.mark.parametrize("change", BAD_CASCADE)
+# Keys naming update()'s own parameters: once passed on as keyword arguments (a 500).
+BAD_CASCADE_KEYS = [{"self": 1}, {"changes": {"enabled": False}}, {"self": 1, "enabled": False}]
+
+
+@pytest.mark.parametrize("change", BAD_CASCADE + BAD_CASCADE_KEYS)
 def test_bad_cascade_change_is_refused_over_http(served, change):
     client, engine, _ = served
     version = engine.cascade.version
@@ -56,13 +60,27 @@ def test_bad_cascade_change_is_refused_over_http(served, change):
     assert client.get("/v1/cascade").json()["config"] == IN_FORCE
 
 
-@pytest.mark.parametrize("raw", [b"[]", b"null", b"{", b'"enabled"', b"\xff"])
+@pytest.mark.parametrize("raw", [b"[]", b"null", b"{", b'"enabled"', b"\xff", b'{"\\ud800": 1}',
+                                 b'{"enabled": false, "\\udfff": 1}'])
 def test_cascade_body_that_is_not_an_object_is_refused(served, raw):
     client, engine, _ = served
     version = engine.cascade.version
     response = client.post("/v1/cascade", content=raw, headers={"content-type": "application/json"})
     assert_openai_error(response, 400)
     assert_config_kept(engine, version)
+
+
+@pytest.mark.parametrize("path", ["/v1/cascade", "/v1/sessions", "/v1/engine"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_control_body_that_is_not_declared_json_changes_nothing(served, path, content_type):
+    """The browser's 'simple' requests (no preflight) cannot carry a JSON content type."""
+    client, engine, sessions = served
+    version, before = engine.cascade.version, [s.id for s in sessions.sessions]
+    body = b'{"enabled": false, "paused": true, "add": 1}'
+    headers = {"content-type": content_type} if content_type else {}
+    assert_openai_error(client.post(path, content=body, headers=headers), 415)
+    assert_config_kept(engine, version)
+    assert engine.paused is False and [s.id for s in sessions.sessions] == before
 
 
 @pytest.mark.parametrize("change", BAD_CASCADE)
@@ -86,11 +104,14 @@ def test_good_change_applies_through_each_path(served):
 @pytest.mark.parametrize("change", [
     {"add": -1}, {"add": 65}, {"add": "2"}, {"add": 1.0}, {"remove": True}, {"bogus": 1},
     {"add": 1, "remove": "all"},                   # validated together: the add does not happen either
+    b'{"\\ud800": 1}', b'{"add": 1, "\\ud800": 1}',  # a lone surrogate as a key, echoed in the message
 ])
 def test_bad_sessions_change_is_refused(served, change):
     client, engine, sessions = served
     before = [s.id for s in sessions.sessions]
-    assert_openai_error(client.post("/v1/sessions", json=change), 400)
+    request = ({"content": change, "headers": {"content-type": "application/json"}} if isinstance(change, bytes)
+               else {"json": change})
+    assert_openai_error(client.post("/v1/sessions", **request), 400)
     assert [s.id for s in sessions.sessions] == before
 
 

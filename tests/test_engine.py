@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, replace
 
 import mlx.core as mx
+import mlx_lm
 import numpy as np
 import pytest
 from mlx_lm.generate import stream_generate
@@ -31,9 +32,8 @@ def random_prompt(rng, n, vocab=1024):
     return [int(t) for t in rng.integers(3, vocab, n)]
 
 
-def mlx_lm_greedy(loaded, prompt, max_tokens):
-    """Tokens and per-step logits from mlx-lm's own cache and attention."""
-    model = loaded.model
+def mlx_lm_greedy(model, prompt, max_tokens):
+    """Tokens and per-step logits from mlx-lm's own model, cache and attention."""
     cache = make_prompt_cache(model)
     logits = model(mx.array([prompt]), cache=cache)[:, -1, :]
     tokens, all_logits = [], []
@@ -46,51 +46,47 @@ def mlx_lm_greedy(loaded, prompt, max_tokens):
 
 
 def engine_greedy_logits(engine, prompts, max_tokens):
-    """Drive the engine's runner directly to read its logits for each step."""
-    runner, sched = engine.runner, engine.scheduler
-    seqs = [Sequence(list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
-    logits_per_seq = [[] for _ in seqs]
-    for i, seq in enumerate(seqs):
-        engine.cache.adopt(seq)
-        engine.cache.extend(seq, len(seq))
-        logits = runner.prefill_logits(seq, len(seq))
-        seq.num_cached_tokens = len(seq)
-        engine.cache.commit(seq)
-        logits_per_seq[i].append(np.array(logits[0]))
-        seq.token_ids.append(int(mx.argmax(logits[0]).item()))
-    for _ in range(max_tokens - 1):
-        for seq in seqs:
-            engine.cache.extend(seq, seq.num_cached_tokens + 1)
-        logits = runner.decode_logits(seqs)
-        for i, seq in enumerate(seqs):
-            seq.num_cached_tokens += 1
-            engine.cache.commit(seq)
-            logits_per_seq[i].append(np.array(logits[i]))
-            seq.token_ids.append(int(mx.argmax(logits[i]).item()))
-    for seq in seqs:
-        engine.cache.release(seq)
-    return [s.completion_token_ids for s in seqs], logits_per_seq
+    """Generate greedily and keep the logits each step sampled from, per sequence."""
+    sampler = engine.runner.sampler
+    seen = []   # (sequences, logits) per sampling step
+    real = sampler.sample
+    sampler.sample = lambda logits, seqs: seen.append((list(seqs), logits)) or real(logits, seqs)
+    seqs = [engine.submit(p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
+    engine.run_until_idle()
+    logits_per_seq = {s.id: [] for s in seqs}
+    for rows, logits in seen:
+        for row, seq in enumerate(rows):
+            logits_per_seq[seq.id].append(np.array(logits[row]))
+    return [s.completion_token_ids for s in seqs], [logits_per_seq[s.id] for s in seqs]
 
 
 @pytest.fixture(scope="module")
-def llama_loaded(tmp_path_factory):
+def llama_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("llama") / "model"
     spec = replace(TINY_QWEN3, model_type="llama", num_layers=2, seed=7)
     generate_random_model(path, **asdict(spec))
-    return load_model(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama_loaded(llama_path):
+    return load_model(llama_path)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 @pytest.mark.parametrize("cascade", [False, True])
-def test_tokens_and_logits_match_mlx_lm(family, cascade, tiny_loaded, llama_loaded, make_engine):
-    loaded = tiny_loaded if family == "qwen3" else llama_loaded
+def test_tokens_and_logits_match_mlx_lm(family, cascade, tiny_loaded, tiny_model_path, llama_loaded, llama_path,
+                                        make_engine):
+    loaded, path = (tiny_loaded, tiny_model_path) if family == "qwen3" else (llama_loaded, llama_path)
+    reference, _ = mlx_lm.load(str(path))      # mlx-lm's own modules, unfused
     rng = np.random.default_rng()
     shared = random_prompt(rng, 3 * 16 + 5)
     prompts = [shared + random_prompt(rng, n) for n in (3, 20, 9)]
     engine = make_engine(enabled=cascade, min_shared_pages=2, block_size=16, loaded=loaded)
     tokens, logits = engine_greedy_logits(engine, prompts, max_tokens=6)
     for prompt, got_tokens, got_logits in zip(prompts, tokens, logits):
-        want_tokens, want_logits = mlx_lm_greedy(loaded, prompt, 6)
+        want_tokens, want_logits = mlx_lm_greedy(reference, prompt, 6)
+        assert len(got_logits) == 6
         for step, (a, b) in enumerate(zip(got_logits, want_logits)):
             np.testing.assert_allclose(a, b, atol=LOGIT_ATOL, err_msg=f"step {step}")
         assert got_tokens == want_tokens
@@ -100,9 +96,10 @@ def test_tokens_and_logits_match_mlx_lm(family, cascade, tiny_loaded, llama_load
     assert (launches > 0) == cascade
 
 
-def test_engine_generate_equals_mlx_lm_generate(tiny_loaded, make_engine):
+def test_engine_generate_equals_mlx_lm_generate(tiny_loaded, tiny_model_path, make_engine):
     prompt = chat_prompt(tiny_loaded.tokenizer, "You answer briefly.", DEFAULT_QUESTIONS[0])
-    want = [r.token for r in stream_generate(tiny_loaded.model, tiny_loaded.tokenizer, mx.array(prompt),
+    reference, tokenizer = mlx_lm.load(str(tiny_model_path))
+    want = [r.token for r in stream_generate(reference, tokenizer, mx.array(prompt),
                                              max_tokens=12, sampler=make_sampler(0.0))]
     engine = make_engine()
     got = engine.generate([prompt], SamplingParams(max_tokens=12))[0]

@@ -24,14 +24,15 @@ import numpy as np
 import pytest
 
 from mlxcel.engine import attention
-from mlxcel.engine.attention import paged_decode_attention, stack_member_heads, unstack_member_heads
+from mlxcel.engine.attention import stack_member_heads, unstack_member_heads
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.kernels import PagedCsrView, cuda, fused
+from mlxcel.engine.decode_plan import paged_decode_attention
+from mlxcel.kernels import AttentionShape, PagedCsrView, cuda, fused
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode, reference_merge, reference_partial
-from paged_cases import fresh_blocks, make_case, mixed_batch, random_pools, random_query, rng  # noqa: F401
+from paged_cases import (OutcomeRecorder, fresh_blocks, make_case, mixed_batch, random_pools,  # noqa: F401
+                         random_query, rng)
 
 pytestmark = pytest.mark.skipif(not mx.cuda.is_available(),
                                 reason="the fused CUDA kernels need a CUDA device (CI has none; "
@@ -68,7 +69,7 @@ def check_partial(record_property, q, k_pool, v_pool, host, scale, o, lse, dtype
 
 
 def run_partial(case, chunk_pages=None):
-    assert fused.unsupported(case.q, case.k_pool) is None      # the fused kernel, not the fallback
+    assert fused.unsupported(AttentionShape.of(case.q, case.k_pool, case.scale)) is None   # not the fallback
     return cuda.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale,
                                         chunk_pages=chunk_pages)
 
@@ -227,7 +228,7 @@ def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):
     # The planner's mixed batch: three members, a row sharing only two pages, a
     # mid-page row (dropped), an unrelated row; partial last pages everywhere.
     case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
                                metrics=metrics)
     assert metrics.last_outcome.kind == "cascade"
@@ -240,7 +241,7 @@ def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
 def test_engine_cascade_on_the_fused_kernels(rng, record_property, dtype):
     case = shared_prefix_case(rng, dtype)
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     run = lambda config: np.array(paged_decode_attention(                    # noqa: E731
         case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=config, metrics=metrics
     ).astype(mx.float32))
@@ -280,7 +281,7 @@ def test_member_major_stacking_gives_a_wrong_answer_on_the_fused_kernels(rng):
 def test_plans_under_the_break_even_run_flat(rng, monkeypatch):
     monkeypatch.setattr(cuda.KERNELS, "cascade_break_even_bytes", fused.CASCADE_BREAK_EVEN_BYTES)
     case = shared_prefix_case(rng, mx.bfloat16)             # 24 shared pages x 7 saved reads x 128 KB: 21 MB
-    metrics = EngineMetrics()
+    metrics = OutcomeRecorder()
     o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
                                metrics=metrics)
     assert metrics.last_outcome.kind == "flat" and "break-even" in metrics.last_outcome.reason

@@ -20,7 +20,7 @@ from mlxcel import kernels
 from mlxcel.engine import attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.kernels import cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels import AttentionShape, cuda, fused, metal, portable, tile_plan
 from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
@@ -143,9 +143,9 @@ def test_the_include_form_compiles(tmp_path):
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
-def test_launches_are_planned_once_per_layout(rng, monkeypatch):
+def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     # A decode step that keeps its page layout passes only arrays: the tiles,
-    # template constants and grids are built at the layout's first step. The
+    # template constants and grids are built when the launch is prepared. The
     # kernels are stand-ins that record what each launch was given.
     launched = []
 
@@ -163,17 +163,19 @@ def test_launches_are_planned_once_per_layout(rng, monkeypatch):
     plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
     layout = attention.cascade_layout(case.csr, plan)
     private = layout.private_view(case.csr)
-
-    def step(scale):
-        return kernels.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, private, plan.members,
-                                      scale=scale)
-    assert step(0.1).shape == case.q.shape and len(planned) == 2 and len(launched) == 3
-    step(0.1)
-    assert len(planned) == 2 and launched[3:] == launched[:3]                   # same layout: nothing planned
-    step(0.2)
-    assert len(planned) == 4 and launched[6] != launched[0]                     # another scale: its own constants
-    kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=0.1)
-    kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=0.1)
+    shape = AttentionShape.of(case.q, case.k_pool, 0.1)
+    step = kernels.prepare_cascade(shape, case.csr.num_rows, layout.shared, private, plan.members)
+    assert len(planned) == 2 and launched == []
+    for _ in range(2):
+        assert step(case.q, case.k_pool, case.v_pool, case.csr.last_page_len).shape == case.q.shape
+    assert len(planned) == 2 and len(launched) == 6 and launched[3:] == launched[:3]   # nothing planned again
+    other = kernels.prepare_cascade(AttentionShape.of(case.q, case.k_pool, 0.2), case.csr.num_rows,
+                                    layout.shared, private, plan.members)
+    other(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
+    assert len(planned) == 4 and launched[6] != launched[0]                 # another scale: its own constants
+    flat = kernels.prepare_partial(case.csr, shape)
+    for _ in range(2):
+        flat(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
     assert len(planned) == 5
 
 
@@ -224,18 +226,22 @@ def test_cuda_is_dispatched_and_metal_only_on_request(monkeypatch, caplog):
 def test_pools_the_kernel_does_not_take_go_through_the_portable_kernels(rng, dtype):
     # float32 pools never reach the matrix-unit kernel: same result as portable, on any device.
     case = mixed_batch(rng, block_size=16, group=4, head_dim=64, dtype=dtype)
-    assert fused.unsupported(case.q, case.k_pool) is not None
+    assert fused.unsupported(AttentionShape.of(case.q, case.k_pool, case.scale)) is not None
     got = cuda.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
     want = portable.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
+def shape(head_dim, pool_dtype, heads=8, kv_heads=2, block_size=16):
+    return AttentionShape(heads, kv_heads, head_dim, mx.float32, pool_dtype, block_size, head_dim ** -0.5)
+
+
 def test_unsupported_reasons():
     for d in (80, 256):
-        assert f"head dim {d}" in fused.unsupported(mx.zeros((1, 8, d)), mx.zeros((1, 16, 2, d), mx.bfloat16))
-    assert "pool dtype" in fused.unsupported(mx.zeros((1, 8, 64)), mx.zeros((1, 16, 2, 64)))
-    assert fused.unsupported(mx.zeros((1, 8, 128)), mx.zeros((1, 16, 2, 128), mx.float16)) is None
+        assert f"head dim {d}" in fused.unsupported(shape(d, mx.bfloat16))
+    assert "pool dtype" in fused.unsupported(shape(64, mx.float32))
+    assert fused.unsupported(shape(128, mx.float16)) is None
 
 
 def test_groups_of_one_merge_without_a_kernel(rng):
@@ -268,17 +274,17 @@ def test_poison_comes_from_the_environment(monkeypatch, caplog):
 
 def test_cascade_break_even_declines_small_savings():
     # Per layer at Hkv=8, D=128, bf16, 32-token pages a page is 128 KB.
-    q, pool = mx.zeros((4, 32, 128), mx.bfloat16), mx.zeros((1, 32, 8, 128), mx.bfloat16)
-    assert "24.0 MiB" in cuda.cascade_decline(q, pool, 64, 4)       # 2048 shared x 4: lost on the H200
-    assert "56.0 MiB" in cuda.cascade_decline(q, pool, 64, 8)       # 2048 x 8: lost in most reads
-    assert cuda.cascade_decline(q, pool, 256, 4) is None               # 8192 x 4: won
-    # Inputs the fused kernels do not take run the portable kernels: no cost model.
-    assert cuda.cascade_decline(q.astype(mx.float32), pool.astype(mx.float32), 64, 4) is None
+    serving = shape(128, mx.bfloat16, heads=32, kv_heads=8, block_size=32)
+    assert "24.0 MiB" in cuda.cascade_decline(serving, 64, 4)       # 2048 shared x 4: lost on the H200
+    assert "56.0 MiB" in cuda.cascade_decline(serving, 64, 8)       # 2048 x 8: lost in most reads
+    assert cuda.cascade_decline(serving, 256, 4) is None               # 8192 x 4: won
+    # Shapes the fused kernels do not take run the portable kernels: no cost model.
+    assert cuda.cascade_decline(shape(128, mx.float32, heads=32, kv_heads=8, block_size=32), 64, 4) is None
 
 
 def test_dispatch_asks_the_backend_about_the_break_even(monkeypatch):
     monkeypatch.setattr(kernels, "_gpu_platform", lambda: "cuda")
-    q, pool = mx.zeros((4, 32, 128), mx.bfloat16), mx.zeros((1, 32, 8, 128), mx.bfloat16)
-    assert kernels.cascade_decline(q, pool, 64, 4) is not None
+    serving = shape(128, mx.bfloat16, heads=32, kv_heads=8, block_size=32)
+    assert kernels.cascade_decline(serving, 64, 4) is not None
     monkeypatch.setattr(kernels, "_gpu_platform", lambda: None)
-    assert kernels.cascade_decline(q, pool, 64, 4) is None             # portable: every plan cascades
+    assert kernels.cascade_decline(serving, 64, 4) is None             # portable: every plan cascades

@@ -116,6 +116,20 @@ BAD_REQUESTS = {
     "ignore_eos not a boolean": (dict(json=body(ignore_eos="no")), 400, "ignore_eos"),
     "unknown route": (dict(url="/v1/embeddings", json={}), 404, None),
     "wrong method": (dict(method="GET", url="/v1/completions"), 405, None),
+    "lone surrogate as the model": (dict(content=b'{"model": "\\ud800", "prompt": "hi"}', headers=JSON), 400, None),
+    "lone surrogate as the chat model": (dict(url="/v1/chat/completions", headers=JSON,
+                                              content=b'{"model": "\\udfff", "messages": []}'), 400, None),
+    "lone surrogate in the prompt": (dict(content=b'{"prompt": "a\\ud800b"}', headers=JSON), 400, None),
+    "lone surrogate in a message": (dict(url="/v1/chat/completions", headers=JSON, content=b'{"messages": '
+                                         b'[{"role": "user", "content": "\\udc00\\ud800"}]}'), 400, None),
+    "lone surrogate as a key": (dict(content=b'{"\\uD800x": 1, "prompt": "hi"}', headers=JSON), 400, None),
+    "text/plain body": (dict(content=b'{"prompt": "hi"}', headers={"content-type": "text/plain"}), 415, None),
+    "form body": (dict(data={"prompt": "hi"}), 415, None),
+    "no content type": (dict(content=b'{"prompt": "hi"}'), 415, None),
+    "prompt over the character bound": (dict(json=body(prompt="x" * 5000)), 400, "prompt"),
+    "messages over the character bound": (dict(url="/v1/chat/completions",
+                                               json=chat(messages=[{"role": "user", "content": "y" * 5000}])),
+                                          400, "prompt"),
 }
 
 
@@ -153,6 +167,22 @@ def test_bad_requests_leave_a_concurrent_stream_untouched(served):
     assert text == alone["choices"][0]["text"]
     assert wait_until(lambda: engine.pool.num_live == 0)
     assert_pool_at_baseline(engine)
+
+
+def test_a_surrogate_pair_is_one_character_and_fine(served):
+    client, engine = served
+    reply = client.post("/v1/completions", content=b'{"prompt": "a \\ud83d\\ude00", "max_tokens": 2}', headers=JSON)
+    assert reply.status_code == 200, reply.text
+
+
+def test_a_prompt_longer_than_the_pool_is_refused_naming_the_prompt(make_engine):
+    engine = make_engine(num_blocks=1)  # 32 tokens
+    with running_server(engine, limits=LIMITS) as (base, server):
+        error = assert_openai_error(httpx.post(f"{base}/v1/completions", json=body(prompt=[5] * 40)), 400)
+        assert error["param"] == "prompt" and "40 tokens" in error["message"] and "32" in error["message"]
+        error = assert_openai_error(httpx.post(f"{base}/v1/completions", json=body(prompt=[5] * 30)), 400)
+        assert error["param"] == "max_tokens"  # the prompt fits; with its 4 tokens to generate it does not
+        assert_pool_at_baseline(engine)
 
 
 def test_the_model_name_is_accepted(served):

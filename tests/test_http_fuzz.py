@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from reliability import assert_openai_error, assert_pool_at_baseline, check_stream, sse_events, wait_until
 from serving import running_server
@@ -23,9 +23,16 @@ from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 LIMITS = ServerLimits(max_prompt_tokens=32, max_body_bytes=4096, max_completion_tokens=4)
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12))
+# Any code point, lone UTF-16 surrogates included (json.dumps writes them as \ud800 escapes), and a few
+# surrogates drawn often: lone ones, and a pair, which is one valid character once parsed.
+surrogates = st.sampled_from(["\ud800", "a\udfffb", "\udc00\ud800", "\ud83d\ude00"])
+def texts(min_size=0, max_size=12):
+    return st.text(st.characters(exclude_categories=()), min_size=min_size, max_size=max_size) | surrogates
+
+
+scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | texts())
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=8)
+                           | st.dictionaries(texts(max_size=6), inner, max_size=4), max_leaves=8)
 
 
 SAMPLING = {
@@ -45,15 +52,19 @@ def with_one_field_replaced(valid):
     return st.tuples(valid, fields, json_values).map(lambda t: t[0] | {t[1]: t[2]})
 
 
-prompts = st.text(min_size=1, max_size=30) | st.lists(st.integers(0, 1023), min_size=1,
-                                                      max_size=LIMITS.max_prompt_tokens)
+prompts = texts(min_size=1, max_size=30) | st.lists(st.integers(0, 1023), min_size=1,
+                                                    max_size=LIMITS.max_prompt_tokens)
 messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
-                                           "content": st.text(max_size=20)}), min_size=1, max_size=3)
+                                           "content": texts(max_size=20)}), min_size=1, max_size=3)
 completion = st.fixed_dictionaries({"prompt": prompts}, optional=SAMPLING)
 chat = st.fixed_dictionaries({"messages": messages}, optional=SAMPLING)
-control = st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "min_shared_pages": st.integers(-1, 40),
-                                              "min_members": st.integers(-1, 6), "paused": st.booleans(),
-                                              "add": st.integers(-1, 2), "remove": st.integers(-1, 2)})
+control_values = {"enabled": st.booleans(), "min_shared_pages": st.integers(-1, 40),
+                  "min_members": st.integers(-1, 6), "paused": st.booleans(), "add": st.integers(-1, 2),
+                  "remove": st.integers(-1, 2)}
+# Arbitrary keys too: the names of parameters ("self", "changes") once reached update(**body).
+control_keys = texts(max_size=8) | st.sampled_from(sorted(control_values) + ["self", "changes", "name"])
+control = (st.fixed_dictionaries({}, optional=control_values)
+           | st.dictionaries(control_keys, scalars, max_size=3))
 PATHS = ["/v1/completions", "/v1/chat/completions", "/v1/cascade", "/v1/sessions", "/v1/engine", "/v1/models",
          "/metrics", "/health", "/nowhere"]
 requests = st.one_of(
@@ -88,17 +99,40 @@ def engine(tiny_loaded):
 @pytest.fixture(scope="module")
 def app_client(engine):
     server = OpenAIServer(engine, TINY_MODEL_NAME, limits=LIMITS)
-    with TestClient(server.app, raise_server_exceptions=True) as client:
+    with TestClient(server.app, base_url="http://localhost", raise_server_exceptions=True) as client:
         yield client
 
 
-@settings(FUZZ, max_examples=120)
-@given(request=requests, content_type=st.sampled_from(["application/json", "text/plain", ""]))
+@settings(FUZZ, max_examples=150)
+@given(request=requests, content_type=st.sampled_from(["application/json", "application/json; charset=utf-8",
+                                                       "text/plain", ""]))
+@example(request=("/v1/completions", b'{"model": "\\ud800", "prompt": "hi"}'), content_type="application/json")
+@example(request=("/v1/chat/completions", b'{"model": "\\udfff"}'), content_type="application/json")
+@example(request=("/v1/completions", b'{"prompt": "a\\ud800b"}'), content_type="application/json")
+@example(request=("/v1/cascade", b'{"self": 1}'), content_type="application/json")
+@example(request=("/v1/engine", b'{"\\ud800": 1}'), content_type="application/json")
 def test_fuzzed_posts_never_fail_the_server(app_client, engine, request, content_type):
     path, body = request
     response = app_client.post(path, content=body, headers={"content-type": content_type} if content_type else {})
     check_response(response.status_code, response.headers.get("content-type", ""), response.text)
     engine.set_paused(False)  # a fuzzed {"paused": true} must not stall the next example
+
+
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=24)
+
+
+@settings(FUZZ, max_examples=60)
+@given(request=requests, host=st.sampled_from(["localhost", "127.0.0.1:8000", "[::1]:80", "evil.example"])
+       | header_text, origin=st.none() | st.sampled_from(["http://localhost", "http://evil.example", "null"])
+       | header_text)
+def test_fuzzed_hosts_and_origins_are_served_or_refused_cleanly(app_client, engine, request, host, origin):
+    path, body = request
+    headers = {"content-type": "application/json", "host": host} | ({"origin": origin} if origin else {})
+    response = app_client.post(path, content=body, headers=headers)
+    check_response(response.status_code, response.headers.get("content-type", ""), response.text)
+    if origin and origin.lower() != f"http://{host}".lower():
+        assert response.status_code == 403
+    engine.set_paused(False)
 
 
 @FUZZ

@@ -17,8 +17,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
     run_state_machine_as_test
 
+import time
+
+import mlx.core as mx
+
 from mlxcel.engine.config import CascadeConfig, EngineConfig
+from mlxcel.engine.decode_plan import FLAT, GATHER, DecodeOutcome
 from mlxcel.engine.engine import Engine
+from mlxcel.engine.runner import Launched
 from mlxcel.engine.scheduler import RequestRejected
 from mlxcel.engine.sequence import SamplingParams, SequenceStatus
 
@@ -45,32 +51,44 @@ def expected_completion(prompt: list[int], params: SamplingParams, eos: set[int]
 
 
 class FakeRunner:
-    """The model's contract with the pool, without the model."""
+    """The model's contract with the pool, without the model: what it is given
+    (a decode row's input may be the previous step's token, not yet on the
+    host) and what it returns (tokens as an array, as a launched step does)."""
 
     def __init__(self, pool, sampler) -> None:
         self.pool = pool
         self.sampler = sampler
         self.slots: dict[tuple[int, int], int] = {}  # (block, offset) -> token id written there
 
-    def _write(self, seq, start: int, end: int) -> None:
+    def _write(self, seq, tokens: list[int], start: int, end: int) -> None:
         assert len(seq.block_table) * BLOCK >= end, "the page table does not cover the tokens being written"
         for pos in range(start, end):
-            self.slots[seq.block_table[pos // BLOCK], pos % BLOCK] = seq.token_ids[pos]
+            self.slots[seq.block_table[pos // BLOCK], pos % BLOCK] = tokens[pos]
 
-    def _read(self, seq, end: int) -> None:
+    def _read(self, seq, tokens: list[int], end: int) -> None:
         seen = [self.slots.get((seq.block_table[pos // BLOCK], pos % BLOCK)) for pos in range(end)]
-        assert seen == seq.token_ids[:end], f"sequence {seq.id} reads another sequence's K/V"
+        assert seen == tokens[:end], f"sequence {seq.id} reads another sequence's K/V"
 
-    def decode(self, seqs):
-        for seq in seqs:
-            self._write(seq, seq.num_cached_tokens, seq.num_cached_tokens + 1)
-            self._read(seq, seq.num_cached_tokens + 1)
-        return [next_token(seq.token_ids) for seq in seqs]
+    @staticmethod
+    def launched(tokens: list[int], kind: str, rows: int) -> Launched:
+        return Launched(mx.array(tokens, dtype=mx.int32), DecodeOutcome(kind, rows, None, 0, "fake"),
+                        time.perf_counter())
+
+    def decode(self, seqs, last_tokens, settings):
+        out = []
+        for seq, last in zip(seqs, last_tokens.tolist()):
+            tokens = seq.token_ids + [last] * seq.pending_tokens   # the history as the model sees it
+            assert tokens[-1] == last and seq.pending_tokens <= 1
+            self._write(seq, tokens, seq.num_cached_tokens, seq.num_cached_tokens + 1)
+            self._read(seq, tokens, seq.num_cached_tokens + 1)
+            out.append(next_token(tokens))
+        return self.launched(out, FLAT, len(seqs))
 
     def prefill(self, seq, end):
-        self._write(seq, seq.num_cached_tokens, end)
-        self._read(seq, end)
-        return next_token(seq.token_ids) if end == len(seq) else None
+        assert seq.pending_tokens == 0
+        self._write(seq, seq.token_ids, seq.num_cached_tokens, end)
+        self._read(seq, seq.token_ids, end)
+        return self.launched([next_token(seq.token_ids)] if end == len(seq) else [], GATHER, 1)
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -90,8 +108,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         return self.engine.pool
 
     def live_tables(self):
-        sched = self.engine.scheduler
-        return ([sched.prefilling] if sched.prefilling else []) + list(sched.running)
+        return self.engine.scheduler.holders
 
     # -- rules ---------------------------------------------------------------
 
@@ -143,6 +160,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if self.pool.refcount[block] > 1:
                     assert self.pool.keep_on_release(block) and (i + 1) * BLOCK <= seq.num_cached_tokens, \
                         f"block {block} is shared while sequence {seq.id} still writes it"
+
+    @invariant()
+    def a_sequence_never_has_two_tokens_on_their_way(self):
+        assert all(seq.pending_tokens in (0, 1) for seq, _, _ in self.submitted)
 
     @invariant()
     def waiting_and_finished_sequences_hold_nothing(self):

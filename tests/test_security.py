@@ -11,13 +11,15 @@ import signal
 import sys
 
 import httpx
+import psutil
 import pytest
-from cli_process import ServeProcess, cli_env
+from cli_process import ServeProcess, cli_env, run_cli
 from reliability import assert_openai_error
 from serving import running_server
 
 from mlxcel.engine import model as model_module
 from mlxcel.engine.listen import check_bind
+from mlxcel.engine.server import is_local_host
 from mlxcel_tui import cli
 
 KEY = "s3cret-key"
@@ -89,6 +91,7 @@ def test_every_endpoint_but_metrics_demands_the_key(keyed, authorization):
         else:
             error = assert_openai_error(response, 401)
             assert error["type"] == "authentication_error", (method, path)
+            assert response.headers["www-authenticate"] == "Bearer"
     assert_openai_error(httpx.get(f"{base}/no/such/path", headers=headers), 401)  # no route probing either
 
 
@@ -108,18 +111,138 @@ def test_control_changes_without_the_key_change_nothing(keyed):
     assert server.engine.cascade.as_dict() == before and server.engine.paused is False
 
 
-def test_serve_beyond_loopback_with_the_key_from_the_environment(mlxcel_home):
-    serve = ServeProcess(["tiny", "--host", "0.0.0.0", "--port", "0", "--sessions", "0"],
-                         cli_env(mlxcel_home, MLXCEL_API_KEY=KEY))
+@pytest.mark.parametrize("source", ["environment", "file"])
+def test_serve_beyond_loopback_with_the_key_from_the_environment_or_a_file(mlxcel_home, tmp_path, source):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    args, env = ["tiny", "--host", "0.0.0.0", "--port", "0", "--sessions", "0"], cli_env(mlxcel_home)
+    if source == "file":
+        args += ["--api-key-file", str(key_file)]
+    else:
+        env["MLXCEL_API_KEY"] = KEY
+    serve = ServeProcess(args, env)
     try:
         url = serve.url.replace("0.0.0.0", "127.0.0.1")
         assert_openai_error(httpx.get(f"{url}/v1/models", timeout=10), 401)
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
         assert httpx.get(f"{url}/metrics", timeout=10).status_code == 200
+        # Any user can read a command line (ps, /proc/PID/cmdline): the key is not on it.
+        assert KEY not in " ".join(psutil.Process(serve.proc.pid).cmdline())
         serve.proc.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=30) == 0
     finally:
         serve.kill()
+
+
+@pytest.mark.parametrize("command", [["serve", "--headless", "--port", "0"], ["attach", "http://127.0.0.1:9"]])
+@pytest.mark.parametrize("key, source", [("cl\u00e9", "env"), ("\u5bc6\u94a5", "env"), (" padded", "env"),
+                                         ("cl\u00e9", "file"), ("two\nlines", "file")])
+def test_a_key_a_header_cannot_carry_is_refused_at_start(mlxcel_home, tmp_path, command, key, source):
+    """Header bytes are latin-1 to the server and clients encode non-ASCII
+    differently (attach could not send it at all): refused, not half working.
+    (A key file's surrounding blanks, its final newline say, are not the key's.)"""
+    (tmp_path / "key").write_text(key)
+    args, env = ((command + ["--api-key-file", str(tmp_path / "key")], cli_env(mlxcel_home)) if source == "file"
+                 else (command, cli_env(mlxcel_home, MLXCEL_API_KEY=key)))
+    result = run_cli("mlxcel-tui", args, env)
+    assert result.returncode == 1, result
+    assert result.stderr.strip().splitlines() == [
+        "Error: the API key must be printable ASCII without leading or trailing blanks"], result.stderr
+
+
+def test_api_key_file_conflicts_and_empty_files_are_refused(mlxcel_home, tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    result = run_cli("mlxcel-tui", ["serve", "--headless", "--api-key-file", str(empty)], cli_env(mlxcel_home))
+    assert result.returncode == 1 and "is empty" in result.stderr
+    full = tmp_path / "key"
+    full.write_text(KEY)
+    result = run_cli("mlxcel-tui", ["serve", "--headless", "--api-key-file", str(full)],
+                     cli_env(mlxcel_home, MLXCEL_API_KEY=KEY))
+    assert result.returncode == 2 and "not both" in result.stderr
+
+
+# -- browsers: cross-site requests and DNS rebinding ------------------------------
+
+@pytest.fixture(scope="module")
+def keyless(tiny_loaded):
+    """The default server: loopback, no key."""
+    from mlxcel.engine.config import CascadeConfig, EngineConfig
+    from mlxcel.engine.engine import Engine
+
+    engine = Engine(tiny_loaded, EngineConfig(num_blocks=16), cascade=CascadeConfig())
+    with running_server(engine) as (base, server):
+        yield base, server
+    engine.stop()
+
+
+def no_cors(response) -> bool:
+    return not any(name.lower().startswith("access-control-") for name in response.headers)
+
+
+def test_a_cross_site_simple_request_changes_nothing(keyless, monkeypatch):
+    """The issue's attack, as a page on evil.example would send it: simple POSTs
+    (text/plain, no preflight) pausing the engine, changing a threshold and
+    running a completion; then the same with a JSON content type."""
+    base, server = keyless
+    engine = server.engine
+    submitted = []
+    monkeypatch.setattr(engine, "submit", lambda *args, **kwargs: submitted.append(args))
+    before = engine.cascade.as_dict()
+    attacks = [("/v1/engine", {"paused": True}), ("/v1/cascade", {"min_shared_pages": 99}),
+               ("/v1/completions", {"prompt": "hi", "max_tokens": 1})]
+    for content_type in ("text/plain", "application/json"):
+        for path, body in attacks:
+            response = httpx.post(base + path, content=json.dumps(body), timeout=10,
+                                  headers={"Origin": "http://evil.example", "Content-Type": content_type})
+            assert assert_openai_error(response, 403)["type"] == "permission_error"
+            assert no_cors(response)
+    assert engine.paused is False and engine.cascade.as_dict() == before and submitted == []
+
+
+def test_a_preflight_gets_no_cors_headers(keyless):
+    base, server = keyless
+    response = httpx.options(f"{base}/v1/completions", headers={
+        "Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type"})
+    assert response.status_code >= 400 and no_cors(response)
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example",
+                                  "localhost.evil.example:80", "[::2]:80", "0.0.0.0", "10.0.0.1"])
+def test_a_foreign_host_is_refused_on_every_route(keyless, host):
+    base, server = keyless
+    for method, path in endpoints(server) + [("GET", "/no/such/path")]:
+        response = call(base, method, path, {"Host": host})
+        assert assert_openai_error(response, 403)["type"] == "permission_error", (method, path)
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8000", "127.0.0.1", "127.0.0.1:1", "127.8.9.10:80",
+                                  "[::1]:8000", "app.localhost:8000"])
+def test_local_hosts_and_the_same_origin_are_served(keyless, host):
+    base, server = keyless
+    assert httpx.get(f"{base}/health", headers={"Host": host}).status_code == 200
+    same_origin = httpx.post(f"{base}/v1/engine", json={"paused": False},
+                             headers={"Host": host, "Origin": f"http://{host}"})
+    assert same_origin.status_code == 200
+
+
+def test_the_host_check_is_off_with_a_key_or_when_opted_out(keyed, make_engine):
+    base, server = keyed
+    key = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.get(f"{base}/v1/models", headers=key | {"Host": "api.example.com"}).status_code == 200
+    assert_openai_error(httpx.get(f"{base}/v1/models", headers=key | {"Origin": "http://evil.example"}), 403)
+    with running_server(make_engine(num_blocks=16), check_host=False) as (base, server):
+        assert httpx.get(f"{base}/v1/models", headers={"Host": "evil.example"}).status_code == 200
+        assert_openai_error(httpx.get(f"{base}/v1/models", headers={"Origin": "http://evil.example"}), 403)
+
+
+@pytest.mark.parametrize("host, bound, local", [
+    ("localhost:80", "127.0.0.1", True), ("[::1]", "::1", True), ("::1", "127.0.0.1", True),
+    ("myhost:8000", "myhost", True), ("MyHost", "myhost", True), ("myhost", "127.0.0.1", False),
+    ("127.0.0.1@evil.example", "127.0.0.1", False), ("[::1", "127.0.0.1", False), ("", "127.0.0.1", False)])
+def test_is_local_host(host, bound, local):
+    assert is_local_host(host, bound) is local
 
 
 # -- no client-named files ------------------------------------------------------

@@ -1,0 +1,200 @@
+"""One decode step's attention, decided once before its first layer.
+
+The runner builds a DecodePlan from the step's page-table view and the cascade
+settings as they were at the step's start (a live toggle never splits a step):
+the planner's decision, the kernels' decline and the prepared launch (tiles,
+launch constants, grids, device arrays of the layout). Every layer only calls
+``attend``. A plan depends on the page layout, not on the tokens, so
+DecodePlanner keeps it for as long as the layout and the settings stay the
+same; what moves every step (each row's last-page fill) is passed to each call.
+
+The step's outcome (path, plan, tokens and bytes read once, reason) is a
+value the runner hands back to the engine, which records metrics once per
+step: nothing here imports the metrics or the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import mlx.core as mx
+
+from mlxcel import kernels
+from mlxcel.kernels import AttentionShape, PagedCsrView
+from mlxcel.kernels.shape import check_inputs
+
+from .attention import paged_prefill_attention, prepare_cascade_launch, prepare_flat_launch
+from .cascade import CascadePlan, explain_cascade
+from .config import CascadeConfig, CascadeSettings
+
+log = logging.getLogger(__name__)
+
+# What a launch did; the first three count as fused_v2 launches.
+FLAT = "flat"
+CASCADE = "cascade"
+CASCADE_FALLBACK = "cascade_fallback"
+GATHER = "gather"
+
+Launch = Callable[[mx.array, mx.array, mx.array, mx.array], mx.array]
+
+
+@dataclass(frozen=True)
+class DecodeOutcome:
+    """What one step's attention launches did, the same in every layer."""
+
+    kind: str                   # FLAT, CASCADE, CASCADE_FALLBACK or GATHER
+    batch: int                  # rows in the launch
+    plan: CascadePlan | None    # the plan that ran (CASCADE) or failed (CASCADE_FALLBACK)
+    shared_tokens: int          # KV tokens of the shared span, 0 without a plan
+    reason: str                 # "cascade off", the planner's reason, or the failure
+    kv_bytes_saved: int = 0     # per layer: KV bytes the flat launch reads and this one did not
+
+    @property
+    def path(self) -> str:
+        return "gather" if self.kind == GATHER else "cascade" if self.kind == CASCADE else "fused_v2"
+
+    @property
+    def spans(self) -> int:
+        return len(self.plan.spans) if self.kind == CASCADE else 0
+
+
+class OutcomeRecorder(Protocol):
+    """Where a standalone call reports its launch (the engine's metrics)."""
+
+    def record_decode(self, outcome: DecodeOutcome, launches: int = 1) -> None: ...
+
+
+def kv_bytes_saved(plan: CascadePlan, shape: AttentionShape) -> int:
+    """Per layer: each span's pages are read once instead of once per member."""
+    page_bytes = shape.block_size * shape.kv_heads * shape.head_dim * 2 * shape.pool_dtype.size
+    return sum(span.saved_reads for span in plan.spans) * page_bytes
+
+
+class DecodePlan:
+    """A decode step's attention for one page layout and one reading of the settings."""
+
+    def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> None:
+        self.structure = csr.structure
+        self.settings = settings
+        self.shape = shape
+        self._csr = csr
+        self._flat: Launch | None = None
+        self._cascade: Launch | None = None
+        self._failure: str | None = None
+        decision = explain_cascade(csr, settings) if settings.enabled else None
+        plan = decision.plan if decision is not None else None
+        reason = decision.reason if decision is not None else "cascade off"
+        if plan is not None:
+            # The planner counts page reads; the kernels know what a cascade
+            # step costs beyond them and decline plans that save less.
+            declined = kernels.cascade_decline(shape, plan.shared_pages, len(plan.members))
+            if declined:
+                plan, reason = None, declined
+        self.plan = plan
+        self._reason = reason
+        if plan is None:
+            self._flat = prepare_flat_launch(csr, shape)
+            return
+        try:
+            self._cascade = prepare_cascade_launch(csr, plan, shape)
+        except Exception as error:  # a layout the cascade cannot launch: flat serves the step
+            self._fail(error)
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def _fail(self, error: Exception) -> None:
+        self._failure = f"cascade launch failed ({type(error).__name__}: {error})"
+
+    def attend(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
+        """One layer: q [R, Hq, D] -> o [R, Hq, D] in q's dtype."""
+        if self._cascade is not None and self._failure is None:
+            try:
+                return self._cascade(q, k_pool, v_pool, last_page_len)
+            except Exception as error:  # any failure of the planned launch: flat serves the rest of the step
+                self._fail(error)
+        if self._flat is None:
+            self._flat = prepare_flat_launch(self._csr, self.shape)
+        return self._flat(q, k_pool, v_pool, last_page_len)
+
+    @property
+    def outcome(self) -> DecodeOutcome:
+        batch = self._csr.num_rows
+        if self.plan is None:
+            return DecodeOutcome(FLAT, batch, None, 0, self._reason)
+        shared_tokens = self.plan.shared_pages * self.shape.block_size
+        if self._failure is not None:
+            return DecodeOutcome(CASCADE_FALLBACK, batch, self.plan, shared_tokens, self._failure)
+        return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self._reason,
+                             kv_bytes_saved(self.plan, self.shape))
+
+
+class DecodePlanner:
+    """Plans each decode step, keeping the last plan while its page layout,
+    the settings and the shape are unchanged (a failed plan is made anew)."""
+
+    def __init__(self) -> None:
+        self._last: DecodePlan | None = None
+
+    def plan(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> DecodePlan:
+        last = self._last
+        if (last is None or last.failed or last.structure is not csr.structure or last.settings != settings
+                or last.shape != shape):
+            last = self._last = DecodePlan(csr, settings, shape)
+        return last
+
+
+_logged_outcomes: set[str] = set()
+
+
+def log_first_launch(outcome: DecodeOutcome) -> None:
+    """Log the first launch of each distinct outcome once per process."""
+    if outcome.kind in _logged_outcomes:
+        return
+    _logged_outcomes.add(outcome.kind)
+    backend = kernels.backend_name()
+    if outcome.kind == CASCADE:
+        plan = outcome.plan
+        spans = ", ".join(f"rows {list(s.members)} pages {s.start}-{s.end}" for s in plan.spans)
+        log.info("paged decode v2: fused v2 cascade launch (batch %d, %d of them sharing %d pages / %d KV tokens "
+                 "read once; spans: %s; %s kernels)", outcome.batch, len(plan.members), plan.shared_pages,
+                 outcome.shared_tokens, spans, backend)
+    elif outcome.kind == CASCADE_FALLBACK:
+        log.warning("paged decode v2: %s; ran the flat fused v2 launch instead (batch %d, %s kernels)",
+                    outcome.reason, outcome.batch, backend)
+    elif outcome.kind == FLAT:
+        log.info("paged decode v2: fused v2 flat launch (batch %d; %s; %s kernels)",
+                 outcome.batch, outcome.reason, backend)
+    else:
+        log.info("paged decode v2: gather launch (batch %d, %s; contiguous K/V + "
+                 "mx.fast.scaled_dot_product_attention)", outcome.batch, outcome.reason)
+
+
+def gather_outcome(rows: int, query_tokens: int) -> DecodeOutcome:
+    return DecodeOutcome(GATHER, rows, None, 0, f"{query_tokens} query tokens per row")
+
+
+def paged_decode_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *,
+                           scale: float, config: CascadeConfig | CascadeSettings,
+                           metrics: OutcomeRecorder | None = None) -> mx.array:
+    """One layer's attention, standalone: q [R, Hq, D] (or mlx-lm's [R, Hq, L, D])
+    -> o of the same shape and dtype, planned as a step plans and launched.
+    L > 1 takes the gather path without consulting cascade; with cascade off
+    the page table is not scanned. The engine plans once per step instead."""
+    if q.ndim == 4 and q.shape[2] != 1:
+        o = paged_prefill_attention(q, k_pool, v_pool, csr, scale=scale)
+        outcome = gather_outcome(q.shape[0], q.shape[2])
+    else:
+        rows = q.reshape(q.shape[0], q.shape[1], q.shape[-1])
+        check_inputs(rows, k_pool, csr)
+        settings = config.snapshot() if isinstance(config, CascadeConfig) else config
+        plan = DecodePlan(csr, settings, AttentionShape.of(rows, k_pool, scale))
+        o = plan.attend(rows, k_pool, v_pool, csr.last_page_len).reshape(q.shape)
+        outcome = plan.outcome
+    log_first_launch(outcome)
+    if metrics is not None:
+        metrics.record_decode(outcome)
+    return o
