@@ -253,11 +253,11 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
             log.warning(notice)
 
         def start(progress=None, stage=None):
-            from mlxcel.engine.listen import make_uvicorn
-            from mlxcel.engine.server import OpenAIServer
-
             engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb,
                                   block_size, dtype, progress, stage)
+            from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
+            from mlxcel.engine.server import OpenAIServer
+
             prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
             limits = ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes)
             server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, host=host,
