@@ -129,7 +129,7 @@ def reexec_with_openblas() -> None:
     if env is None:
         return
     env[MARKER] = "1"
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # orig_argv keeps `-m module`
 
 
 def describe() -> str:

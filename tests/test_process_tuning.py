@@ -64,3 +64,13 @@ def test_an_unwritable_home_means_no_links_folder(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert blas.gfortran_folder(blocker / "home") is None
+
+
+@pytest.mark.skipif(blas.openblas_library() is None, reason="no OpenBLAS here (Debian's nor the wheel's)")
+def test_a_module_run_with_dash_m_reexecs_as_itself(tmp_path):
+    (tmp_path / "probe.py").write_text("import os, sys\nfrom mlxcel_tui import blas\nprint('start', flush=True)\n"
+                                       "blas.reexec_with_openblas()\nprint(blas.active(), sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.MARKER, "MLXCEL_OPENBLAS")}
+    out = subprocess.run([sys.executable, "-m", "probe", "--flag"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split("\n") == ["start", "start", "True ['--flag']", ""]
