@@ -4,11 +4,11 @@ answer to it, as the source had them when the key was pressed."""
 from __future__ import annotations
 
 from rich.table import Table
-from textual import events
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from .help import ClosingScreen
 
 
 def answers_table(sessions: list[dict]) -> Table:
@@ -22,8 +22,8 @@ def answers_table(sessions: list[dict]) -> Table:
     return table
 
 
-class AnswersScreen(ModalScreen):
-    """Shown over the dashboard; any key or a click closes it."""
+class AnswersScreen(ClosingScreen):
+    """The sessions as read when the key was pressed (the screen does not refresh)."""
 
     def __init__(self, sessions: list[dict]) -> None:
         super().__init__()
@@ -36,11 +36,3 @@ class AnswersScreen(ModalScreen):
             yield Static(body, id="answers-table")
             yield Static("A session's answer appears once its first turn ends (— until then). "
                          "Any key closes this screen.", id="answers-note")
-
-    def on_key(self, event: events.Key) -> None:
-        event.stop()
-        self.dismiss()
-
-    def on_click(self, event: events.Click) -> None:
-        event.stop()
-        self.dismiss()

@@ -14,6 +14,19 @@ import pytest
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails the test."""
+    import socket
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
 @pytest.fixture(scope="session")
 def mlxcel_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("mlxcel-home")

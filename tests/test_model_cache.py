@@ -2,7 +2,6 @@
 builders, damaged or outdated folders rebuilt, failures that leave nothing behind."""
 
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import asdict, replace
@@ -16,17 +15,7 @@ from mlxcel.engine.random_model import TINY_QWEN3, cached_random_model
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                "tokenizer_config.json")
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any connection attempt fails the test: nothing here may download."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("network access attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # nothing here may download
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The random-weight models: mlx-lm loads every family, the tiny fixture's tokenizer
 and template, greedy output that varies."""
 
-import socket
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -25,17 +24,7 @@ from mlxcel.engine.random_model import (
 from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
 
 CASCADE_MIN_SHARED_PAGES, BLOCK_SIZE = 16, 32
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any connection attempt fails the test: nothing here may download."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("network access attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # nothing here may download
 
 
 @pytest.fixture(scope="module")
