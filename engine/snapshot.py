@@ -76,12 +76,13 @@ class EngineSnapshot:
     paused: bool = False
     extra: dict = field(default_factory=dict)
 
-    def decode_latencies(self) -> list[float]:
-        return [r.seconds for r in self.recent_steps if r.kind == "decode"]
+    def decode_latencies(self, field: str = "seconds") -> list[float]:
+        """A StepRecord field (seconds, host_seconds, device_seconds) of the recent decode steps."""
+        return [getattr(r, field) for r in self.recent_steps if r.kind == "decode"]
 
-    def latency_percentile(self, q: float) -> float | None:
+    def latency_percentile(self, q: float, field: str = "seconds") -> float | None:
         """q in [0, 100] over the recent decode steps (nearest-rank)."""
-        values = sorted(self.decode_latencies())
+        values = sorted(self.decode_latencies(field))
         if not values:
             return None
         return values[max(1, math.ceil(q / 100 * len(values))) - 1]
@@ -95,5 +96,7 @@ class EngineSnapshot:
         out = asdict(self)
         out["latency_p50_seconds"] = self.latency_percentile(50)
         out["latency_p99_seconds"] = self.latency_percentile(99)
+        out["host_p50_seconds"] = self.latency_percentile(50, "host_seconds")
+        out["device_p50_seconds"] = self.latency_percentile(50, "device_seconds")
         out["tokens_per_second"] = self.tokens_per_second()
         return out

@@ -41,6 +41,9 @@ def snapshot_summary(snap: dict) -> dict:
         "last_path": snap["last_path"],
         "step_latency_p50_ms": _ms(snap["latency_p50_seconds"]),
         "step_latency_p99_ms": _ms(snap["latency_p99_seconds"]),
+        # Who sets the pace: the engine's host work per step, or MLX's (the device's) share.
+        "step_host_p50_ms": _ms(snap.get("host_p50_seconds")),
+        "step_device_p50_ms": _ms(snap.get("device_p50_seconds")),
         "tokens_per_second": round(snap["tokens_per_second"], 2),
     }
 

@@ -1,5 +1,7 @@
-"""Per-step latency: decode step time and tokens/s over the recent steps as
-sparklines coloured by whether cascade was on, with the switches marked."""
+"""Per-step latency: decode step time, the engine's host time of each step
+and tokens/s over the recent steps as sparklines coloured by whether cascade
+was on, with the switches marked. Host time near the step time means the
+engine, not the device, sets the pace."""
 
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ class LatencyPanel(Widget):
         before = decode[-room - 1]["cascade_enabled"] if len(decode) > room else None
         states = [r["cascade_enabled"] for r in shown]
         step_ms = [r["seconds"] * 1e3 for r in shown]
+        host_ms = [r.get("host_seconds", 0.0) * 1e3 for r in shown]
         tps = [r["tokens"] / r["seconds"] if r["seconds"] else 0.0 for r in shown]
         switches = snap["cascade_switches"][1:]
         last = switches[-1] if switches else None
@@ -77,6 +80,11 @@ class LatencyPanel(Widget):
             ("p50 ", "bold"), fmt.ms(snap["latency_p50_seconds"]), ("  p99 ", "bold"),
             fmt.ms(snap["latency_p99_seconds"]), ("  tokens/s ", "bold"), f"{snap['tokens_per_second']:,.1f}",
             f"  over the last {len(decode)} decode steps{switched}")
+        host, device = snap.get("host_p50_seconds"), snap.get("device_p50_seconds")
+        if host is not None and device is not None:
+            pace = "host" if host >= device else "device"
+            head.append_text(Text.assemble("\n", ("host ", "bold"), fmt.ms(host), ("  device ", "bold"),
+                                           fmt.ms(device), f"  (p50; the {pace} sets the pace)"))
         if not shown:
             return Text.assemble(head, "\n", ("no decode step yet", fmt.MUTED))
         ms_top, tps_top = scale_top(step_ms), scale_top(tps)
@@ -84,6 +92,7 @@ class LatencyPanel(Widget):
             head,
             Text.assemble(f"{'step ms ≤' + format(ms_top, '.1f'):<{LABEL}}", sparkline(step_ms, states, ms_top)),
             Text.assemble(" " * LABEL, switch_marks(states, before)),
+            Text.assemble(f"{'host ms ≤' + format(ms_top, '.1f'):<{LABEL}}", sparkline(host_ms, states, ms_top)),
             Text.assemble(f"{'tok/s ≤' + format(tps_top, ',.0f'):<{LABEL}}", sparkline(tps, states, tps_top)),
             Text.assemble((" " * LABEL), ("█", fmt.CASCADE_ON), " cascade on  ", ("█", fmt.CASCADE_OFF),
                           " cascade off  ", ("█", fmt.WARN), " above the scale  ▲▼ switched on/off"
