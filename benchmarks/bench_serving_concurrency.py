@@ -76,7 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running server; without it, servers are started per --arms")
     parser.add_argument("--model", default=DEFAULT,
-                        help="model directory, 'default' (embedded tiny Qwen3) or 'benchmark-qwen3'; "
+                        help="model directory, 'default' (SmolLM2-135M-Instruct), 'tiny' (random test model) or "
+                             "'benchmark-qwen3'; "
                              "the prompts' tokenizer, and what started servers serve [default]")
     parser.add_argument("--arms", type=arm_list, default=["on", "off"],
                         help="servers to start: on (cascade), off (no cascade) [on,off]")

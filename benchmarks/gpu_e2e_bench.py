@@ -51,7 +51,7 @@ from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, on_pool
 from mlxcel.engine.runtime import GRAPH_SETTINGS, tune_mlx
 from mlxcel.engine.sequence import SamplingParams
-from mlxcel.engine.tiny_model import VOCAB_SIZE, generate_random_model
+from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
 
 QWEN3_8B = dict(model_type="qwen3", num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                 intermediate_size=12288)

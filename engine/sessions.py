@@ -40,6 +40,8 @@ class Session:
     current: Sequence | None = None
     completions: list[list[int]] = field(default_factory=list)
     active: bool = True
+    last_question: str = ""
+    last_answer: str = ""  # the latest completed turn's text, end-of-turn token left out
 
 
 class SessionManager:
@@ -87,6 +89,10 @@ class SessionManager:
     def question_for(self, session: Session) -> str:
         return self.questions[(session.id - 1 + session.turns) % len(self.questions)]
 
+    def answer_text(self, tokens: list[int]) -> str:
+        eos = self.engine.tokenizer.eos_token_ids
+        return self.engine.tokenizer.decode([t for t in tokens if t not in eos])
+
     def _ask(self, session: Session) -> None:
         prompt = chat_prompt(self.engine.tokenizer, self.system_prompt, self.question_for(session))
         # Under the lock, so a fast finish event cannot look for session.current before it is set.
@@ -103,6 +109,8 @@ class SessionManager:
             session = next((s for s in self.sessions if s.current is seq), None)
             if session is None:
                 return
+            session.last_question = self.question_for(session)
+            session.last_answer = self.answer_text(seq.completion_token_ids)
             session.turns += 1
             session.completions.append(seq.completion_token_ids)
             session.current = None

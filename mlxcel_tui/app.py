@@ -16,6 +16,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
 from .frame import Frame, HostInfo, HostProbe, RateMeter, StallWatch
+from .answers import AnswersScreen
 from .help import HelpScreen
 from .panels.controls import THRESHOLDS, ControlsPanel
 from .panels.header import HeaderPanel
@@ -24,7 +25,7 @@ from .panels.launch_paths import LaunchPathsPanel
 from .panels.page_map import PageMap
 from .panels.status import StatusLine
 from .panels.subgroups import SubgroupsPanel
-from .source import DataSource, EngineSource, SourceError
+from .source import DataSource, EngineSource, SourceError, SourceFailed, SourceNotReady
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)  # refresh steps for + and -
 CONTROL_ACTIONS = frozenset({"toggle_cascade", "focus_input", "sessions", "toggle_pause"})
@@ -44,6 +45,7 @@ class DashboardApp(App):
         Binding("a", "sessions(1)", "+Session", tooltip="Add a built-in client session"),
         Binding("d", "sessions(-1)", "-Session", tooltip="Remove the newest built-in session"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume the engine"),
+        Binding("s", "answers", "Answers", tooltip="Show each session's latest question and answer"),
         Binding("plus,equals_sign", "refresh_rate(-1)", "Faster", tooltip="Poll more often"),
         Binding("minus", "refresh_rate(1)", "Slower", tooltip="Poll less often"),
         Binding("r", "poll", "Refresh", tooltip="Poll the source now"),
@@ -58,15 +60,16 @@ class DashboardApp(App):
     frame: reactive[Frame | None] = reactive(None)
     interval: reactive[float] = reactive(1.0)
     poll_error: reactive[str | None] = reactive(None)
+    preparing: reactive[str | None] = reactive(None)  # what a source that is not ready yet is doing
     message: reactive[tuple[str, str]] = reactive(("", "info"))
     can_control: reactive[bool] = reactive(True)
 
     def __init__(self, source: DataSource, url: str | None = None, refresh: float = 1.0, *,
                  clock: Callable[[], float] = time.monotonic,
-                 host: Callable[[dict], HostInfo] | None = None) -> None:
+                 host: Callable[[dict], HostInfo] | None = None, notice: str | None = None) -> None:
         """clock and host are injectable so tests get deterministic rates and
         host figures; by default they read the monotonic clock and, for an
-        in-process engine, psutil and MLX."""
+        in-process engine, psutil and MLX. A notice starts in the message line."""
         super().__init__()
         self.source = source
         self.url = url
@@ -74,6 +77,8 @@ class DashboardApp(App):
         self.host = host or HostProbe(in_process=isinstance(source, EngineSource))
         self.set_reactive(DashboardApp.interval, self.validate_interval(refresh))
         self.set_reactive(DashboardApp.can_control, source.can_control)
+        if notice:
+            self.set_reactive(DashboardApp.message, (notice, "error"))
         self._rates = RateMeter()
         self._stall = StallWatch()
         self._polls = 0
@@ -82,7 +87,7 @@ class DashboardApp(App):
         self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield HeaderPanel(id="header").data_bind(DashboardApp.frame)
+        yield HeaderPanel(id="header").data_bind(DashboardApp.frame, DashboardApp.preparing)
         with Horizontal(id="body"):
             yield PageMap(id="page-map").data_bind(DashboardApp.frame)
             with Vertical(id="side"):
@@ -91,7 +96,8 @@ class DashboardApp(App):
                 yield ControlsPanel(id="controls").data_bind(DashboardApp.frame)
         yield LatencyPanel(id="latency").data_bind(DashboardApp.frame)
         yield StatusLine(id="status").data_bind(DashboardApp.frame, DashboardApp.interval,
-                                                DashboardApp.poll_error, DashboardApp.message)
+                                                DashboardApp.poll_error, DashboardApp.message,
+                                                DashboardApp.preparing)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -131,6 +137,12 @@ class DashboardApp(App):
             snapshot = self.source.snapshot()
             metrics = self.source.metrics()
             host = self.host(snapshot)
+        except SourceNotReady as err:
+            self.call_from_thread(self.poll_not_ready, str(err))
+            return
+        except SourceFailed:
+            self.call_from_thread(self.exit)
+            return
         except Exception as err:  # any failure is a status line, never a traceback
             self.call_from_thread(self.poll_failed, describe(err))
             return
@@ -142,7 +154,11 @@ class DashboardApp(App):
         self.frame = Frame(snapshot, metrics, self._rates.update(now, metrics), host, stalled,
                            self.source.description, self.url, self.source.can_control, self._polls)
         self.can_control = self.source.can_control
-        self.poll_error = None
+        self.poll_error = self.preparing = None
+        self.poll_finished()
+
+    def poll_not_ready(self, what: str) -> None:
+        self.preparing = what
         self.poll_finished()
 
     def poll_failed(self, error: str) -> None:
@@ -239,6 +255,16 @@ class DashboardApp(App):
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def action_answers(self) -> None:
+        """Read the sessions off the UI thread, then show them."""
+        try:
+            sessions = self.source.session_answers()
+        except Exception as err:
+            self.call_from_thread(self.say, f"no answers: {describe(err)}", "error")
+        else:
+            self.call_from_thread(self.push_screen, AnswersScreen(sessions))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

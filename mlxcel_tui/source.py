@@ -36,6 +36,7 @@ class DataSource(Protocol):
     def set_cascade(self, **changes) -> dict: ...
     def change_sessions(self, add: int = 0, remove: int = 0) -> None: ...
     def set_paused(self, paused: bool) -> None: ...
+    def session_answers(self) -> list[dict]: ...
 
 
 class EngineSource:
@@ -49,7 +50,12 @@ class EngineSource:
         self.description = f"in-process · {engine.loaded.name}"
 
     def snapshot(self) -> dict:
-        return self.engine.snapshot.to_dict()
+        from . import blas
+        from .frame import EXTRA_BLAS
+
+        snap = self.engine.snapshot.to_dict()
+        snap["extra"][EXTRA_BLAS] = blas.describe()  # the engine runs in this very process
+        return snap
 
     def metrics(self) -> dict[str, float]:
         return samples_dict(self.engine.metrics.registry.collect())
@@ -76,6 +82,12 @@ class EngineSource:
 
     def set_paused(self, paused: bool) -> None:
         self.engine.set_paused(paused)
+
+    def session_answers(self) -> list[dict]:
+        if self.sessions is None:
+            return []
+        return [{"id": s.id, "label": s.label, "turns": s.turns, "question": s.last_question,
+                 "answer": s.last_answer} for s in list(self.sessions.sessions)]
 
 
 class HttpSource:
@@ -120,3 +132,72 @@ class HttpSource:
 
     def set_paused(self, paused: bool) -> None:
         self._request("POST", "/v1/engine", json={"paused": paused})
+
+    def session_answers(self) -> list[dict]:
+        """The server's sessions (it publishes no answers: those show as —)."""
+        response = self._request("GET", "/v1/sessions")
+        return response.json()["sessions"]
+
+
+class SourceNotReady(SourceError):
+    """The engine is still being prepared; the message says what is happening."""
+
+
+class SourceFailed(SourceError):
+    """The source will never be ready: the dashboard closes and the command says why."""
+
+
+class StartingSource:
+    """Stands in for an in-process engine while `serve` prepares it (converting
+    or loading the model) so the dashboard is up at once; from ready() on it is
+    that engine's source. Control calls are refused until then."""
+
+    def __init__(self) -> None:
+        self.inner: EngineSource | None = None
+        self.error: BaseException | None = None
+        self.status = "preparing the model"
+
+    @property
+    def can_control(self) -> bool:
+        return self.inner is not None
+
+    @property
+    def description(self) -> str:
+        return self.inner.description if self.inner else "in-process · preparing"
+
+    def stage(self, what: str) -> None:
+        self.status = f"preparing the model: {what}"
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        self.stage(f"{what}, {done}/{total} tensors")
+
+    def ready(self, inner: EngineSource) -> None:
+        self.inner = inner
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+
+    def _source(self) -> EngineSource:
+        if self.error is not None:
+            raise SourceFailed(str(self.error))
+        if self.inner is None:
+            raise SourceNotReady(self.status)
+        return self.inner
+
+    def snapshot(self) -> dict:
+        return self._source().snapshot()
+
+    def metrics(self) -> dict[str, float]:
+        return self._source().metrics()
+
+    def set_cascade(self, **changes) -> dict:
+        return self._source().set_cascade(**changes)
+
+    def change_sessions(self, add: int = 0, remove: int = 0) -> None:
+        self._source().change_sessions(add, remove)
+
+    def set_paused(self, paused: bool) -> None:
+        self._source().set_paused(paused)
+
+    def session_answers(self) -> list[dict]:
+        return self._source().session_answers()

@@ -10,6 +10,8 @@ import click
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .frame import EXTRA_BLAS
+from .options import model_options
 from .source import HttpSource, SourceError, samples_dict
 
 
@@ -21,6 +23,7 @@ def snapshot_summary(snap: dict) -> dict:
         "step": snap["step"],
         "model": snap["model"],
         "device": snap["device"],
+        "blas": snap.get("extra", {}).get(EXTRA_BLAS),
         "sequences": len(snap["sequences"]),
         "waiting": snap["waiting"],
         "pool_blocks": pool["num_blocks"],
@@ -73,10 +76,11 @@ def render_table(samples: dict[str, float], summary: dict, sessions: list[dict] 
         console.print(metrics)
         if sessions:
             table = Table(title="sessions", title_justify="left")
-            for col in ("session", "turns", "tokens generated"):
+            for col in ("session", "turns", "tokens generated", "latest question", "latest answer"):
                 table.add_column(col)
             for s in sessions:
-                table.add_row(s["label"], str(len(s["completions"])), str(sum(map(len, s["completions"]))))
+                table.add_row(s["label"], str(len(s["completions"])), str(sum(map(len, s["completions"]))),
+                              s["question"], s["answer"])
             console.print(table)
     return capture.get()
 
@@ -102,11 +106,16 @@ def read_server(source: HttpSource):
 
 
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
-                 min_members, kv_blocks):
+                 min_members, kv_blocks, dtype="auto"):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
-    from .cli import build_engine, start_sessions, system_prompt_text
+    from .cli import build_engine, served_model, start_sessions, system_prompt_text
+    from .progress import StderrProgress
 
-    engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks)
+    model, notice = served_model(model)
+    if notice:
+        click.echo(f"mlxcel: {notice}", err=True)
+    engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, dtype=dtype,
+                          progress=StderrProgress())
     prompt = system_prompt_text(engine, None, shared_prefix_tokens)
     manager = start_sessions(engine, sessions, prompt, max_tokens, turns=turns)
     total = sessions * turns * max_tokens
@@ -150,9 +159,10 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
 @click.option("--cascade/--no-cascade", default=None)
 @click.option("--min-shared-pages", type=int, default=None)
 @click.option("--min-members", type=int, default=None)
+@model_options
 @click.option("--debug", is_flag=True, help="Show full tracebacks.")
 def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
-          cascade, min_shared_pages, min_members, debug):
+          cascade, min_shared_pages, min_members, dtype, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
     from .cli import CliError
 
@@ -178,12 +188,13 @@ def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, m
     from .source import EngineSource
 
     engine, manager, peak = run_workload(run_model or None, sessions, shared_prefix_tokens, max_tokens, turns,
-                                         cascade, min_shared_pages, min_members, kv_blocks)
+                                         cascade, min_shared_pages, min_members, kv_blocks, dtype)
     source = EngineSource(engine, manager)
-    summary_snap = engine.snapshot.to_dict()
+    summary_snap = source.snapshot()
     # The storage figure is read at the busiest step: at the end every page is released.
     summary_snap["sequences"] = peak.to_dict()["sequences"]
     summary_snap["pool"] = {**summary_snap["pool"], "live": peak.pool.live, "shared": peak.pool.shared}
-    per_session = [{"id": s.id, "label": s.label, "completions": s.completions} for s in manager.sessions]
+    per_session = [{"id": s.id, "label": s.label, "completions": s.completions, "question": s.last_question,
+                    "answer": s.last_answer} for s in manager.sessions]
     emit(fmt, source.metrics(), summary_snap, generate_latest(engine.metrics.registry).decode(),
          per_session)

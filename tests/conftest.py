@@ -14,6 +14,19 @@ import pytest
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails the test."""
+    import socket
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
 @pytest.fixture(scope="session")
 def mlxcel_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("mlxcel-home")
@@ -24,18 +37,18 @@ def mlxcel_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_path(mlxcel_home):
-    from mlxcel.engine.tiny_model import default_model_path
+    from mlxcel.engine.builtin_models import tiny_model_path
 
-    return default_model_path(mlxcel_home)
+    return tiny_model_path(mlxcel_home)
 
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_path):
     """The embedded model loaded once; engines built on it share its weights."""
     from mlxcel.engine.model import load_model
-    from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME
+    from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 
-    return load_model(tiny_model_path, DEFAULT_MODEL_NAME)
+    return load_model(tiny_model_path, TINY_MODEL_NAME)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import httpx
 import psutil
 from reliability import check_stream, sse_events
 
-from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 
 
 @dataclass(frozen=True)

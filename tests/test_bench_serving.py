@@ -260,7 +260,7 @@ def test_a_tiny_run_starts_both_servers_and_compares_with_mlx_lm(tiny_model_path
     """Not a timing test: the whole path runs, requests are complete, arms agree,
     and the launch split tells the cascade-on level from the cascade-off one."""
     levels = bench.main(["--shared-prefix-tokens", "64", "--prompt-tokens", "8", "--concurrency", "2",
-                         "--max-tokens", "4", "--min-shared-pages", "1", "--compare-mlx-lm", "default",
+                         "--max-tokens", "4", "--min-shared-pages", "1", "--model", "tiny", "--compare-mlx-lm", "tiny",
                          "--log-dir", str(tmp_path / "logs"), "--json", str(tmp_path / "runs.json")])
     out = capsys.readouterr().out
     level, = levels
@@ -268,6 +268,7 @@ def test_a_tiny_run_starts_both_servers_and_compares_with_mlx_lm(tiny_model_path
     for runs in level.runs.values():
         assert all(r.ok and r.output_tokens == 4 and len(r.token_ids) == 4 for r in runs[0].records)
     assert all(a.all_identical and a.by == "token ids" for a in compare_arms(level))
+    assert any(len(set(r.token_ids)) > 1 for r in level.runs["mlx-lm"][0].records)
     on, off = level.runs["cascade-on"][0].launches, level.runs["cascade-off"][0].launches
     assert on.cascade > 0 and on.mean_members == 2 and off.cascade == 0
     assert level.runs["cascade-on"][0].records[1].cached_tokens >= 64

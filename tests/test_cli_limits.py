@@ -10,13 +10,13 @@ def serve_and_capture(monkeypatch, *args: str):
     """Run `serve ARGS` in process up to the point it would serve; return the server."""
     captured = []
 
-    def instead_of_serving(engine, server, uv, uv_socket, headless):
+    def instead_of_serving(engine, server, uv, uv_socket):
         captured.append(server)
         engine.shutdown()
 
     monkeypatch.setattr(cli, "configure_logging", lambda *a, **k: None)
     monkeypatch.setattr(cli, "run_server", instead_of_serving)
-    status = cli.run(cli.tui, ["serve", "--headless", "--port", "0", "--sessions", "0", "--kv-blocks", "8", *args],
+    status = cli.run(cli.tui, ["serve", "tiny", "--headless", "--port", "0", "--sessions", "0", "--kv-blocks", "8", *args],
                      "mlxcel-tui")
     assert status == 0 and len(captured) == 1
     return captured[0]

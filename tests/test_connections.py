@@ -251,7 +251,7 @@ def test_serve_keeps_its_file_limit_and_outlasts_a_flood(mlxcel_home):
     connections costs a few log lines, not one per accept; once they leave,
     requests are served. --no-host-check lets any Host in."""
     limit = (256, 3000)
-    serve = ServeProcess(["--port", "0", "--sessions", "0", "--no-host-check"], cli_env(mlxcel_home),
+    serve = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--no-host-check"], cli_env(mlxcel_home),
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limit))
     try:
         assert psutil.Process(serve.proc.pid).rlimit(psutil.RLIMIT_NOFILE) == limit

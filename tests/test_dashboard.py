@@ -15,7 +15,8 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import load_model
 from mlxcel.engine.sessions import SessionManager, synthetic_system_prompt
-from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT, default_model_path
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME, tiny_model_path
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
 from mlxcel_tui.app import DashboardApp, settle
 from mlxcel_tui.fake_source import FakeSource, demo_source
 from mlxcel_tui.frame import STALL_LAUNCHES, HostInfo, RateMeter, StallWatch, launch_key, launches
@@ -23,7 +24,7 @@ from mlxcel_tui.panels import format as fmt
 from mlxcel_tui.panels.latency import scale_top, sparkline, switch_marks
 from mlxcel_tui.panels.launch_paths import LaunchPathsPanel
 from mlxcel_tui.panels.status import StatusLine
-from mlxcel_tui.source import EngineSource, SourceError
+from mlxcel_tui.source import EngineSource, SourceError, StartingSource
 
 SIZE = (160, 48)
 HOST = HostInfo(300 * 2**20, 50.0, 40 * 2**20, 80 * 2**20, "test BLAS")
@@ -31,7 +32,7 @@ HOST = HostInfo(300 * 2**20, 50.0, 40 * 2**20, 80 * 2**20, "test BLAS")
 
 @pytest.fixture(scope="module")
 def loaded():
-    return load_model(default_model_path(), DEFAULT_MODEL_NAME)
+    return load_model(tiny_model_path(), TINY_MODEL_NAME)
 
 
 @pytest.fixture
@@ -298,3 +299,52 @@ def test_latency_sparkline_scale_clip_and_switch_marks():
     assert {str(s.style) for s in line.spans[:2]} == {fmt.CASCADE_OFF}
     assert switch_marks([False, False, True, True, False], None).plain == "  ▲ ▼"
     assert switch_marks([True, True], False).plain == "▲ "
+
+
+async def test_a_starting_source_says_what_is_prepared_then_shows_the_engine(live):
+    engine, sessions = live
+    source = StartingSource()
+    source.progress("converting SmolLM2 (Q4_1 GGUF -> float32)", 3, 272)
+    app = DashboardApp(source, refresh=3600, host=lambda snap: HOST, notice="serving the tiny model instead")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        preparing = "preparing the model: converting SmolLM2 (Q4_1 GGUF -> float32), 3/272 tensors"
+        assert preparing in text_of(app.query_one("#header"))
+        status = text_of(app.query_one(StatusLine))
+        assert preparing in status and "serving the tiny model instead" in status and "failed" not in status
+        assert app.frame is None and not app.can_control
+        await pilot.press("c")  # a control before the engine exists does nothing
+        source.ready(EngineSource(engine, sessions))
+        engine.run_until_idle(max_steps=4)
+        await poll(pilot)
+        assert app.frame is not None and app.can_control and app.preparing is None
+        assert "preparing" not in text_of(app.query_one("#header"))
+        assert app.frame.snapshot["extra"]["blas"]  # an in-process source names the BLAS
+
+
+async def test_a_failed_start_closes_the_dashboard(monkeypatch):
+    source = StartingSource()
+    app = DashboardApp(source, refresh=3600, host=lambda snap: HOST)
+    exits = []
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        monkeypatch.setattr(app, "exit", lambda *args, **kwargs: exits.append(args))
+        source.failed(RuntimeError("the model cache cannot be written"))
+        await poll(pilot)
+    assert exits == [()]
+
+
+async def test_answers_key_shows_each_sessions_latest_question_and_answer(live):
+    engine, sessions = live
+    app = DashboardApp(EngineSource(engine, sessions), refresh=3600, host=lambda snap: HOST)
+    async with app.run_test(size=SIZE) as pilot:
+        engine.run_until_idle(max_steps=24)  # every session has finished a turn of 6 tokens
+        assert all(s.turns >= 1 and s.last_answer for s in sessions.sessions)
+        await pilot.press("s")
+        await settle(pilot)
+        shown = text_of(app.screen.query_one("#answers-table"))
+        for s in sessions.sessions:
+            assert s.label in shown and s.last_question[:20] in shown
+        await pilot.press("x")
+        await settle(pilot)
+        assert not app.screen.query("#answers-table")

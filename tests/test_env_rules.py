@@ -79,6 +79,6 @@ def test_cli_flags_override_the_environment(monkeypatch, tiny_model_path, caplog
     monkeypatch.setenv(PAGES, "lots")
     monkeypatch.setenv(MEMBERS, "5")
     with caplog.at_level(logging.WARNING, logger="mlxcel.engine.config"):
-        engine = build_engine(None, cascade=False, min_shared_pages=None, min_members=3, kv_blocks=8)
+        engine = build_engine("tiny", cascade=False, min_shared_pages=None, min_members=3, kv_blocks=8)
     assert engine.cascade.as_dict() == {"enabled": False, "min_shared_pages": 16, "min_members": 3}
     assert [PAGES in r.getMessage() for r in caplog.records] == [True]

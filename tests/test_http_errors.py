@@ -17,7 +17,7 @@ from serving import running_server
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.limits import ServerLimits
-from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 
 LIMITS = ServerLimits(max_prompt_tokens=48, max_body_bytes=16384, max_completion_tokens=64)
 POOL_BLOCKS = 3  # 96 tokens: a 48-token prompt asking for 64 more can never fit
@@ -187,7 +187,7 @@ def test_a_prompt_longer_than_the_pool_is_refused_naming_the_prompt(make_engine)
 
 def test_the_model_name_is_accepted(served):
     client, engine = served
-    reply = client.post("/v1/completions", json=body(model=DEFAULT_MODEL_NAME))
+    reply = client.post("/v1/completions", json=body(model=TINY_MODEL_NAME))
     assert reply.status_code == 200 and reply.json()["choices"][0]["finish_reason"] in ("stop", "length")
 
 

@@ -18,7 +18,7 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.limits import ServerLimits
 from mlxcel.engine.server import OpenAIServer
-from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 
 LIMITS = ServerLimits(max_prompt_tokens=32, max_body_bytes=4096, max_completion_tokens=4)
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -36,7 +36,7 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
 
 
 SAMPLING = {
-    "model": st.just(DEFAULT_MODEL_NAME),
+    "model": st.just(TINY_MODEL_NAME),
     "max_tokens": st.integers(1, LIMITS.max_completion_tokens),
     "temperature": st.floats(0, 2),
     "top_p": st.floats(0, 1),
@@ -98,7 +98,7 @@ def engine(tiny_loaded):
 
 @pytest.fixture(scope="module")
 def app_client(engine):
-    server = OpenAIServer(engine, DEFAULT_MODEL_NAME, limits=LIMITS)
+    server = OpenAIServer(engine, TINY_MODEL_NAME, limits=LIMITS)
     with TestClient(server.app, base_url="http://localhost", raise_server_exceptions=True) as client:
         yield client
 

@@ -31,6 +31,7 @@ def test_exhausted_pool_preempts_and_recomputes_exactly(make_engine, alone):
     assert engine.scheduler.num_preemptions > 0, "the pool was meant to run out"
     assert [s.finish_reason for s in seqs] == ["length"] * len(seqs)
     assert [s.completion_token_ids for s in seqs] == alone
+    assert all(len(set(tokens)) > 1 for tokens in alone)
     assert_pool_at_baseline(engine)
 
 

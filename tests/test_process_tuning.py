@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ def test_heap_tuning_applies_on_glibc_and_can_be_turned_off(monkeypatch):
     assert allocator.keep_heap() is False
 
 
-@pytest.mark.skipif(blas.openblas_library() is None, reason="Debian's libopenblas0 is not installed here")
+@pytest.mark.skipif(blas.openblas_library() is None, reason="no OpenBLAS here (Debian's nor the wheel's)")
 def test_console_script_reexecs_once_with_openblas_preloaded(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.MARKER, "MLXCEL_OPENBLAS")}
     script = tmp_path / "entry.py"  # a console script is a file re-run with its own argv
@@ -30,3 +31,46 @@ def test_console_script_reexecs_once_with_openblas_preloaded(tmp_path):
     env["MLXCEL_OPENBLAS"] = "0"
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True).stdout
     assert out.count("start") == 1 and "bundled reference BLAS" in out
+
+
+def test_without_debians_openblas_the_wheels_one_is_preloaded_with_numpys_libgfortran(tmp_path, monkeypatch):
+    """This machine's case (no Debian OpenBLAS): the cmeel-openblas wheel's library
+    loads because a folder of links names numpy's libgfortran as the loader wants."""
+    if any(os.path.exists(p) for p in blas.DEBIAN_OPENBLAS):
+        pytest.skip("Debian's OpenBLAS is installed: it is the one preloaded")
+    monkeypatch.setenv("MLXCEL_HOME", str(tmp_path))
+    library = blas.openblas_library()
+    assert library.endswith("cmeel.prefix/lib/libopenblas.so.0")
+    env = blas.preload_env(library, {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    folder = Path(env["LD_LIBRARY_PATH"].split(":")[0])
+    assert folder.parent == tmp_path / "openblas" and (folder / blas.GFORTRAN).resolve().is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging folder left
+    code = ("import ctypes, mlx.core as mx; a = mx.ones((64, 64)); f = ctypes.CDLL(None).openblas_get_config; "
+            "f.restype = ctypes.c_char_p; print(float((a @ a).sum()), f())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("262144.0 b'OpenBLAS")  # MLX's matmul ran with the library loaded
+    assert blas.gfortran_folder(tmp_path) == folder  # intact: reused
+    assert env["OPENBLAS_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
+    assert blas.preload_env(library, {"OPENBLAS_NUM_THREADS": "3"})["OPENBLAS_NUM_THREADS"] == "3"
+
+
+def test_a_library_that_would_not_load_is_never_preloaded(tmp_path):
+    broken = tmp_path / "libopenblas.so.0"
+    broken.write_bytes(b"not a shared object")
+    assert blas.preload_env(str(broken), dict(os.environ)) is None
+
+
+def test_an_unwritable_home_means_no_links_folder(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert blas.gfortran_folder(blocker / "home") is None
+
+
+@pytest.mark.skipif(blas.openblas_library() is None, reason="no OpenBLAS here (Debian's nor the wheel's)")
+def test_a_module_run_with_dash_m_reexecs_as_itself(tmp_path):
+    (tmp_path / "probe.py").write_text("import os, sys\nfrom mlxcel_tui import blas\nprint('start', flush=True)\n"
+                                       "blas.reexec_with_openblas()\nprint(blas.active(), sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.MARKER, "MLXCEL_OPENBLAS")}
+    out = subprocess.run([sys.executable, "-m", "probe", "--flag"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split("\n") == ["start", "start", "True ['--flag']", ""]

@@ -115,7 +115,7 @@ def test_control_changes_without_the_key_change_nothing(keyed):
 def test_serve_beyond_loopback_with_the_key_from_the_environment_or_a_file(mlxcel_home, tmp_path, source):
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
-    args, env = ["--host", "0.0.0.0", "--port", "0", "--sessions", "0"], cli_env(mlxcel_home)
+    args, env = ["tiny", "--host", "0.0.0.0", "--port", "0", "--sessions", "0"], cli_env(mlxcel_home)
     if source == "file":
         args += ["--api-key-file", str(key_file)]
     else:

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serving import running_server
 
-from mlxcel.engine.tiny_model import DEFAULT_MODEL_NAME, DEFAULT_QUESTIONS
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 from mlxcel_tui.source import samples_dict
 
 SYSTEM = ("You are the shared system prompt of a serving-engine test. Every client sends these words "
@@ -33,13 +34,13 @@ def served(make_engine):
 
 def test_models_lists_the_served_model(served):
     base, engine, client = served
-    assert [m.id for m in client.models.list().data] == [DEFAULT_MODEL_NAME]
+    assert [m.id for m in client.models.list().data] == [TINY_MODEL_NAME]
 
 
 def test_chat_completion_non_streaming(served):
     base, engine, client = served
     reply = client.chat.completions.create(
-        model=DEFAULT_MODEL_NAME, max_tokens=8, temperature=0,
+        model=TINY_MODEL_NAME, max_tokens=8, temperature=0,
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": DEFAULT_QUESTIONS[0]}])
     choice = reply.choices[0]
     assert choice.finish_reason in ("stop", "length")
@@ -51,9 +52,9 @@ def test_chat_completion_non_streaming(served):
 def test_chat_streaming_matches_non_streaming(served):
     base, engine, client = served
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": DEFAULT_QUESTIONS[1]}]
-    whole = client.chat.completions.create(model=DEFAULT_MODEL_NAME, max_tokens=10, temperature=0,
+    whole = client.chat.completions.create(model=TINY_MODEL_NAME, max_tokens=10, temperature=0,
                                            messages=messages)
-    stream = client.chat.completions.create(model=DEFAULT_MODEL_NAME, max_tokens=10, temperature=0,
+    stream = client.chat.completions.create(model=TINY_MODEL_NAME, max_tokens=10, temperature=0,
                                             messages=messages, stream=True,
                                             stream_options={"include_usage": True})
     chunks = list(stream)
@@ -68,8 +69,8 @@ def test_chat_streaming_matches_non_streaming(served):
 
 def test_completions_streaming_and_not(served):
     base, engine, client = served
-    whole = client.completions.create(model=DEFAULT_MODEL_NAME, prompt="The pool", max_tokens=6, temperature=0)
-    parts = list(client.completions.create(model=DEFAULT_MODEL_NAME, prompt="The pool", max_tokens=6,
+    whole = client.completions.create(model=TINY_MODEL_NAME, prompt="The pool", max_tokens=6, temperature=0)
+    parts = list(client.completions.create(model=TINY_MODEL_NAME, prompt="The pool", max_tokens=6,
                                            temperature=0, stream=True))
     assert "".join(p.choices[0].text for p in parts) == whole.choices[0].text
     assert whole.usage.completion_tokens <= 6
@@ -104,7 +105,7 @@ def test_concurrent_clients_sharing_a_prompt_cascade_and_cascade_off_stays_flat(
 
     def ask(question):
         return client.chat.completions.create(
-            model=DEFAULT_MODEL_NAME, max_tokens=12, temperature=0,
+            model=TINY_MODEL_NAME, max_tokens=12, temperature=0,
             messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
             extra_body={"ignore_eos": True})
 
@@ -138,7 +139,7 @@ def test_control_api_validates_and_keeps_old_values(served):
 
 def test_metrics_is_prometheus_text(served):
     base, engine, client = served
-    client.completions.create(model=DEFAULT_MODEL_NAME, prompt="hi", max_tokens=2)
+    client.completions.create(model=TINY_MODEL_NAME, prompt="hi", max_tokens=2)
     response = httpx.get(f"{base}/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     samples = samples_dict(text_string_to_metric_families(response.text))

@@ -23,7 +23,7 @@ def http_sequences(url) -> int:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_ends_requests_cleanly_and_exits_zero(mlxcel_home, sig):
-    serve = ServeProcess(["--port", "0", "--sessions", "2", "--shared-prefix-tokens", "16", "--max-tokens", "8"],
+    serve = ServeProcess(["tiny", "--port", "0", "--sessions", "2", "--shared-prefix-tokens", "16", "--max-tokens", "8"],
                          cli_env(mlxcel_home))
     try:
         stream_lines, replies = [], []

@@ -20,7 +20,7 @@ from soak import SoakPlan, soak
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.sessions import synthetic_system_prompt
-from mlxcel.engine.tiny_model import DEFAULT_SYSTEM_PROMPT
+from mlxcel.engine.session_prompts import DEFAULT_SYSTEM_PROMPT
 
 MIB = 2**20
 # RSS after warm-up may grow by this much at most. MLX's buffers for the batch

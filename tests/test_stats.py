@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 from serving import running_server
 
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 from mlxcel_tui.cli import mlxcel
 
-RUN = ["stats", "--run", "--format", "json", "--sessions", "3", "--shared-prefix-tokens", "96",
+RUN = ["stats", "--run", "tiny", "--format", "json", "--sessions", "3", "--shared-prefix-tokens", "96",
        "--max-tokens", "6", "--min-shared-pages", "2"]
 
 
@@ -32,6 +33,7 @@ def test_run_gives_the_same_tokens_with_cascade_on_and_off(runs):
     assert len(on) == len(off) == 3
     assert [s["completions"] for s in on] == [s["completions"] for s in off]
     assert all(len(s["completions"]) == 1 and 1 <= len(s["completions"][0]) <= 6 for s in on)
+    assert any(len(set(s["completions"][0])) > 1 for s in on)  # equal, and not one token repeated
 
 
 def test_cascade_counts_only_when_on(runs):
@@ -78,3 +80,13 @@ def test_unreachable_server_is_a_clear_nonzero_exit():
 def test_url_and_run_are_exclusive():
     result = CliRunner().invoke(mlxcel, ["stats"])
     assert result.exit_code == 2 and "exactly one of --url" in result.output
+
+
+def test_run_table_shows_each_sessions_latest_question_and_answer(runs):
+    first = runs["on"]["sessions"][0]
+    assert first["question"] in DEFAULT_QUESTIONS and first["answer"]
+    result = CliRunner().invoke(mlxcel, [*RUN[:3], "--sessions", "2", "--max-tokens", "4", "--format", "table"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "latest question" in result.stdout and "latest answer" in result.stdout
+    assert "session-1" in result.stdout and DEFAULT_QUESTIONS[0][:12] in result.stdout

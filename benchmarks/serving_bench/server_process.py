@@ -22,14 +22,14 @@ class ServerStartError(RuntimeError):
     """The server exited or never answered; the message carries its log's tail."""
 
 
-def serve_command(model: Path | None, server_args: list[str]) -> list[str]:
+def serve_command(model: str, server_args: list[str]) -> list[str]:
     executable = Path(sys.executable).with_name("mlxcel-tui")
-    return [str(executable), "serve", *([str(model)] if model else []),
+    return [str(executable), "serve", model,
             "--headless", "--sessions", "0", "--port", "0", *server_args]
 
 
 class ManagedServer:
-    def __init__(self, name: str, model: Path | None, server_args: list[str], log_path: Path,
+    def __init__(self, name: str, model: str, server_args: list[str], log_path: Path,
                  env: dict[str, str] | None = None) -> None:
         self.name = name
         self.command = serve_command(model, server_args)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from mlxcel.engine.tiny_model import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT, TRAINING_CORPUS
+from mlxcel.engine.corpus import TRAINING_CORPUS
+from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
 
 WARMUP_VARIANT = 0
 

@@ -22,11 +22,12 @@ def usage_bar(used: int, total: int, width: int = 12) -> Text:
 
 class HeaderPanel(Widget):
     frame: reactive[Frame | None] = reactive(None, layout=True)  # auto height follows the content
+    preparing: reactive[str | None] = reactive(None)
 
     def render(self) -> Text:
         f = self.frame
         if f is None:
-            return Text("mlxcel-tui · waiting for the first snapshot …", style="bold")
+            return Text(f"mlxcel-tui · {self.preparing or 'waiting for the first snapshot'} …", style="bold")
         snap, host = f.snapshot, f.host
         where = f"{f.source} · {f.url}" if f.url and f.url not in f.source else f.source
         state = Text(" ⏸ PAUSED ", style="bold reverse " + fmt.WARN) if snap["paused"] else \
