@@ -49,10 +49,12 @@ from mlx_lm.utils import _get_classes, load_config, load_tokenizer
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, on_pool
-from mlxcel.engine.runtime import GRAPH_SETTINGS, tune_mlx
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
 
+# MLX's CUDA graph sizes (its defaults on an H200: 100 kernels or 1000 MB of inputs a graph); recorded with
+# each run, as larger graphs measured slower end to end.
+MLX_GRAPH_LIMITS = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER")
 QWEN3_8B = dict(model_type="qwen3", num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                 intermediate_size=12288)
 FIRST_ORDINARY_TOKEN = 3      # ids 0..2 are the embedded tokenizer's special tokens
@@ -211,9 +213,8 @@ def main() -> None:
     parser.add_argument("--skip-mlx-lm", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tune_mlx()     # as `mlxcel-tui serve` starts
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),
-                    "mlx_graph_limits": {k: os.environ.get(k) for k in GRAPH_SETTINGS}}
+                    "mlx_graph_limits": {k: os.environ.get(k) for k in MLX_GRAPH_LIMITS}}
 
     def save() -> None:
         (args.out / "e2e_bench.json").write_text(json.dumps(report, indent=1))

@@ -38,7 +38,6 @@ import gpu_e2e_bench as e2e
 from gpu_timeline import complete_events, union_length
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, load_model
-from mlxcel.engine.runtime import GRAPH_SETTINGS, tune_mlx
 
 ARMS = {"cascade": True, "flat": False}
 
@@ -178,13 +177,12 @@ def main() -> None:
     parser.add_argument("--copy-mib", type=int, default=1024)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tune_mlx()     # as `mlxcel-tui serve` starts
 
     loaded = load_model(args.model) if args.model else e2e.random_models(args.model_dir, args.layers)[1]
     vocab = loaded.vocab_size
     batch = e2e.prompts(args.sessions, args.shared, args.suffix, vocab=vocab)
     report = {"device": str(mx.default_device()), "model": loaded.name, "sessions": args.sessions,
-              "mlx_graph_limits": {k: os.environ.get(k) for k in GRAPH_SETTINGS},
+              "mlx_graph_limits": {k: os.environ.get(k) for k in e2e.MLX_GRAPH_LIMITS},
               "shared": args.shared, "new_tokens": args.new_tokens,
               "copy_bandwidth_Bps": copy_bandwidth(args.copy_mib), "weight_bytes": weight_bytes(loaded), "arms": {}}
     for name, cascade in ARMS.items():

@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from mlxcel.engine.limits import ServerLimits
-from mlxcel.engine.runtime import tune_mlx
 
 from . import allocator, blas
 from .options import model_options
@@ -403,7 +402,6 @@ def _exit(status: int) -> None:
 def _prepare_process() -> None:
     blas.reexec_with_openblas()
     allocator.keep_heap()
-    tune_mlx()
 
 
 def tui_main() -> None:
