@@ -248,19 +248,25 @@ def main() -> None:
     print("teacher_forced", json.dumps(report["teacher_forced"]), flush=True)
     save()
 
+    text = markdown(report)
+    (args.out / "e2e_bench.md").write_text(text)
+    print(text)
+
+
+def markdown(report: dict) -> str:
+    """The arms' table and the token checks, from a report (e2e_bench.json)."""
     def ms(value):
         return "" if value is None else f"{value:.2f}"
 
+    arms = [name for name in ("cascade", "flat", "flat_2", "cascade_2", "mlx_lm") if name in report]
     rows = [f"| {name} | {report[name]['decode_tokens_per_s']:.0f} | {report[name]['median_step_ms']:.2f} "
             f"| {ms(report[name].get('median_host_ms'))} | {ms(report[name].get('median_device_ms'))} "
             f"| {report[name]['full_decode_steps']} | {report[name]['total_s']:.1f} "
             f"| {report[name]['peak_memory_gb']:.1f} |" for name in arms]
-    text = ("| arm | decode tok/s (full-batch steps) | median step ms | host ms | device ms | steps | total s "
-            "| peak memory GB |\n|---|---|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + "\n\n"
-            + json.dumps({k: report[k] for k in report if k.endswith("_tokens") or k == "teacher_forced"}))
-    (args.out / "e2e_bench.md").write_text(text + "\n")
-    print(text)
+    checks = {k: report[k] for k in report if k.endswith("_tokens") or k in ("reads_agree", "teacher_forced")}
+    return ("| arm | decode tok/s | median step ms | host ms | device ms | steps | total s | peak GB |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n```\n"
+            + json.dumps(checks, indent=1) + "\n```\n")
 
 
 if __name__ == "__main__":

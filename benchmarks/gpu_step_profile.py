@@ -149,8 +149,8 @@ def table(report: dict) -> str:
     lines = [f"{report['device']}; weights {report['weight_bytes'] / 1e9:.3f} GB; copy bandwidth "
              f"{report['copy_bandwidth_Bps'] / 1e9:.0f} GB/s; {report['sessions']} sessions x {report['shared']} "
              "shared tokens", "",
-             "| arm | tok/s | step wall ms | host ms | device ms | KV read GB | floor ms | wall / floor "
-             "| kernels / step | GPU busy ms | GPU busy share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | tok/s | step ms | host ms | device ms | KV GB | floor ms | / floor | kernels | GPU ms | GPU % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in report["arms"].items():
         gpu = (f"{r['kernels_per_step']:.0f} | {r['gpu_busy_ms_per_step']:.2f} | {100 * r['gpu_busy_share']:.0f}%"
                if r.get("profiled") else " |  | ")
@@ -158,6 +158,16 @@ def table(report: dict) -> str:
                      f"| {r['device_ms']:.2f} | {r['kv_bytes_per_step'] / 1e9:.2f} | {r['floor_ms']:.2f} "
                      f"| {r['wall_over_floor']:.2f} | {gpu} |")
     return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    """The arms' table, the token check and each arm's kernels, from a report (step_profile.json)."""
+    text = table(report) + f"\n\ncascade vs flat tokens: {json.dumps(report['arms_agree'])}\n"
+    for name, arm in report["arms"].items():
+        if arm.get("kernels_by_name_per_step"):
+            text += f"\n{name}, kernels per step (count, GPU ms):\n\n" + "\n".join(
+                f"- {n}: {c:.1f}, {ms:.3f}" for n, (c, ms) in arm["kernels_by_name_per_step"].items()) + "\n"
+    return text
 
 
 def main() -> None:
@@ -194,11 +204,7 @@ def main() -> None:
     report["arms_agree"] = e2e.agreement(*tokens)
     report["distinct_tokens"] = len({t for row in tokens[0] for t in row})
     (args.out / "step_profile.json").write_text(json.dumps(report, indent=1))
-    text = table(report) + f"\n\ncascade vs flat tokens: {json.dumps(report['arms_agree'])}\n"
-    for name, arm in report["arms"].items():
-        if arm.get("kernels_by_name_per_step"):
-            text += f"\n{name}, kernels per step (count, GPU ms):\n" + "\n".join(
-                f"- {n}: {c:.1f}, {ms:.3f}" for n, (c, ms) in arm["kernels_by_name_per_step"].items()) + "\n"
+    text = markdown(report)
     (args.out / "step_profile.md").write_text(text)
     print(text)
 

@@ -22,9 +22,9 @@
 #      then benchmarks/gpu_timeline.py (the GPU's own kernel timestamps at the
 #      headline cell) where torch is importable, and
 #      benchmarks/gpu_flashinfer_bench.py where .fi-bundle/ was carried.
-#   4. benchmarks/gpu_e2e_bench.py when GPU_SUITE_E2E=1 (needs mlx-lm's wheel);
-#      GPU_SUITE_E2E=only runs this step alone.
-# Runs well under 10 minutes without step 4; step 4 adds about 4.
+#   4. benchmarks/gpu_e2e_bench.py and benchmarks/gpu_step_profile.py when
+#      GPU_SUITE_E2E=1 (needs mlx-lm's wheel); GPU_SUITE_E2E=only runs these alone.
+# Runs well under 10 minutes without step 4; step 4 adds about 3.
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUTDIR [WHEEL_DIR ...]}
 shift
@@ -86,7 +86,8 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
     cat "$out/summary.txt"
     exit 1
   fi
-  suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py"
+  suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py
+    tests/test_engine.py tests/test_pipeline.py tests/test_cascade_fault.py"
   step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
     python3 -m pytest -q -p no:cacheprovider -rs --maxfail=40 --junitxml="$out/tests_fused.xml" $suites
   step tests_portable env MLXCEL_KERNELS=portable \
@@ -107,6 +108,7 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
 fi
 if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
   step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"
+  step step_profile python3 benchmarks/gpu_step_profile.py --out "$out"
 fi
 cat "$out/summary.txt"
 exit $status
