@@ -110,6 +110,10 @@ class Engine:
         self._switches: list[tuple[int, float, bool]] = [(0, time.time(), self.cascade.enabled)]
         self._last_plan: PlanView | None = None
         self._last_decode: DecodeOutcome | None = None  # the last decode step's launch
+        # What the process that runs the engine says of itself for its
+        # snapshots (the CLI: the BLAS it preloaded), so viewers in other
+        # processes see it too.
+        self.process_facts: dict[str, str] = {}
 
     @property
     def tokenizer(self):
@@ -132,7 +136,8 @@ class Engine:
         in other processes."""
         with self._state:
             snapshot = self._build_snapshot()
-        extra = {"process_rss_bytes": PROCESS.memory_info().rss,
+        extra = {**self.process_facts,
+                 "process_rss_bytes": PROCESS.memory_info().rss,
                  "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
                  "mlx_active_memory_bytes": mx.get_active_memory(),
                  "mlx_peak_memory_bytes": mx.get_peak_memory()}

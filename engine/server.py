@@ -205,8 +205,7 @@ class OpenAIServer:
             except TooManySessions as err:
                 raise ApiError(400, str(err), "add") from None
             self.sessions.remove(remove)
-        return JSONResponse({"sessions": [{"id": s.id, "label": s.label, "turns": s.turns}
-                                          for s in self.sessions.sessions]})
+        return JSONResponse({"sessions": [s.as_dict() for s in list(self.sessions.sessions)]})
 
     async def control_engine(self, request: Request) -> Response:
         if request.method == "POST":

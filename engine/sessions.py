@@ -43,6 +43,11 @@ class Session:
     last_question: str = ""
     last_answer: str = ""  # the latest completed turn's text, end-of-turn token left out
 
+    def as_dict(self) -> dict:
+        """What the control API and the dashboard show of a session."""
+        return {"id": self.id, "label": self.label, "turns": self.turns, "question": self.last_question,
+                "answer": self.last_answer}
+
 
 class SessionManager:
     def __init__(self, engine: Engine, system_prompt: str, questions: list[str], *, max_tokens: int = 64,

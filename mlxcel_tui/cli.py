@@ -15,6 +15,7 @@ import click
 from mlxcel.engine.limits import ServerLimits
 
 from . import allocator, blas
+from .frame import EXTRA_BLAS
 from .options import model_options
 
 log = logging.getLogger("mlxcel")
@@ -130,7 +131,9 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
-    return Engine(loaded, engine_config, cascade=config)
+    engine = Engine(loaded, engine_config, cascade=config)
+    engine.process_facts[EXTRA_BLAS] = blas.describe()
+    return engine
 
 
 def served_model(model: str | None) -> tuple[str | None, str | None]:

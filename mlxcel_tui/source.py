@@ -50,12 +50,7 @@ class EngineSource:
         self.description = f"in-process · {engine.loaded.name}"
 
     def snapshot(self) -> dict:
-        from . import blas
-        from .frame import EXTRA_BLAS
-
-        snap = self.engine.snapshot.to_dict()
-        snap["extra"][EXTRA_BLAS] = blas.describe()  # the engine runs in this very process
-        return snap
+        return self.engine.snapshot.to_dict()
 
     def metrics(self) -> dict[str, float]:
         return samples_dict(self.engine.metrics.registry.collect())
@@ -86,8 +81,7 @@ class EngineSource:
     def session_answers(self) -> list[dict]:
         if self.sessions is None:
             return []
-        return [{"id": s.id, "label": s.label, "turns": s.turns, "question": s.last_question,
-                 "answer": s.last_answer} for s in list(self.sessions.sessions)]
+        return [s.as_dict() for s in list(self.sessions.sessions)]
 
 
 class HttpSource:
@@ -134,7 +128,7 @@ class HttpSource:
         self._request("POST", "/v1/engine", json={"paused": paused})
 
     def session_answers(self) -> list[dict]:
-        """The server's sessions (it publishes no answers: those show as —)."""
+        """The server's sessions with their latest questions and answers."""
         response = self._request("GET", "/v1/sessions")
         return response.json()["sessions"]
 

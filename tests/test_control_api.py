@@ -3,6 +3,8 @@ config that was in force."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from reliability import assert_openai_error
@@ -141,3 +143,15 @@ def test_sessions_past_the_limit_are_refused_and_none_added(served, monkeypatch)
     with pytest.raises(SourceError, match="limit"):
         EngineSource(engine, sessions).change_sessions(add=2)
     assert [s.id for s in sessions.sessions] == before
+
+
+def test_sessions_are_listed_with_their_latest_question_and_answer(served):
+    client, engine, sessions = served
+    deadline = time.monotonic() + 60
+    while not all(s.last_answer for s in sessions.sessions) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    listed = client.get("/v1/sessions").json()["sessions"]
+    assert listed and [s["id"] for s in listed] == [s.id for s in sessions.sessions]
+    for entry, session in zip(listed, sessions.sessions):
+        assert entry["question"] == session.last_question == "why?"
+        assert entry["answer"] == session.last_answer != ""

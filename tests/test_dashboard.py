@@ -314,12 +314,13 @@ async def test_a_starting_source_says_what_is_prepared_then_shows_the_engine(liv
         assert preparing in status and "serving the tiny model instead" in status and "failed" not in status
         assert app.frame is None and not app.can_control
         await pilot.press("c")  # a control before the engine exists does nothing
+        engine.process_facts["blas"] = "OpenBLAS (test)"   # as the CLI names its process's BLAS
         source.ready(EngineSource(engine, sessions))
         engine.run_until_idle(max_steps=4)
         await poll(pilot)
         assert app.frame is not None and app.can_control and app.preparing is None
         assert "preparing" not in text_of(app.query_one("#header"))
-        assert app.frame.snapshot["extra"]["blas"]  # an in-process source names the BLAS
+        assert app.frame.snapshot["extra"]["blas"] == "OpenBLAS (test)"  # the engine's snapshot carries it
 
 
 async def test_a_failed_start_closes_the_dashboard(monkeypatch):
