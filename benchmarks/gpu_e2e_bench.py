@@ -88,7 +88,7 @@ def make_engine(loaded: LoadedModel, batch: list[list[int]], new_tokens: int, ca
     own = max(len(p) - shared for p in batch) + new_tokens
     pages = shared // block_size + len(batch) * (-(-own // block_size) + 1)
     return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages + 64, max_running=len(batch),
-                                       prefill_chunk=2048),
+                                       max_batched_tokens=2048),
                   cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
 
 

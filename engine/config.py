@@ -163,7 +163,7 @@ class EngineConfig:
     pool_bytes: int = 1 << 30
     kv_dtype: str | None = None  # "float32", "float16", "bfloat16"; None: the model's own dtype
     max_running: int = 64
-    prefill_chunk: int = 512
+    max_batched_tokens: int = 512  # tokens a step computes: the decodes' and a prefill chunk's
     prefix_caching: bool = True
 
     def pool_dtype(self, activation_dtype: "mx.Dtype") -> "mx.Dtype":

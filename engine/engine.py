@@ -88,7 +88,7 @@ class Engine:
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
-        self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.prefill_chunk)
+        self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.max_batched_tokens)
         self.runner = ModelRunner(loaded, self.pool)
         self.metrics.bind_engine(self)
         self.device = str(mx.default_device())
@@ -210,21 +210,19 @@ class Engine:
             log.info("preempted sequence %d (pool exhausted); it will be recomputed", seq.id)
         settings = self.cascade.snapshot()   # the whole step runs with one reading
         try:
-            if batch.kind == "decode":
-                launched = self.runner.decode(batch.seqs, self._last_tokens(batch.seqs), settings)
-            else:
-                launched = self.runner.prefill(batch.seqs[0], batch.prefill_end)
+            launched = self.runner.step(batch, self._last_tokens(batch.decode) if batch.decode else None, settings)
         except Exception:
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             for seq in batch.seqs:
                 self._finish(seq, "error")
             return None
         self._advance(batch)
-        self.metrics.record_decode(launched.outcome, self.loaded.num_layers)   # every layer launched alike
-        if batch.kind == "decode":
-            self._last_decode = launched.outcome
-            self._last_plan = self._plan_view(batch.seqs, launched.outcome)
-        sampling = batch.seqs if batch.kind == "decode" or batch.prefill_end == len(batch.seqs[0]) else []
+        for outcome in launched.outcomes:   # every layer launched alike
+            self.metrics.record_decode(outcome, self.loaded.num_layers)
+        if batch.decode:
+            self._last_decode = launched.outcomes[0]
+            self._last_plan = self._plan_view(batch.decode, launched.outcomes[0])
+        sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
         return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)})
 
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
@@ -239,17 +237,17 @@ class Engine:
     def _advance(self, batch: ScheduledStep) -> None:
         """The host's state as of the launched step: K/V positions written,
         tokens on their way, sequences whose last token this is retired."""
-        if batch.kind == "prefill":
-            seq = batch.seqs[0]
+        sampled = list(batch.decode)
+        for seq in batch.decode:
+            seq.num_cached_tokens += 1
+        if batch.prefill is not None:
+            seq = batch.prefill
             seq.num_cached_tokens = batch.prefill_end
             self.cache.commit(seq)
-            if batch.prefill_end < len(seq):
-                return
-            self.scheduler.prefill_done(seq)
-        else:
-            for seq in batch.seqs:
-                seq.num_cached_tokens += 1
-        for seq in batch.seqs:
+            if batch.finishes_prefill:
+                self.scheduler.prefill_done(seq)
+                sampled.append(seq)
+        for seq in sampled:
             seq.pending_tokens += 1
             if seq.num_completion_tokens + seq.pending_tokens >= seq.params.max_tokens:
                 self.scheduler.retire(seq)
@@ -333,16 +331,16 @@ class Engine:
         from the previous step's end when the two overlapped; its host time is
         the engine's (scheduling, planning, building the graph), the rest is
         MLX's (encoding and running the kernels, waiting for them)."""
-        batch, outcome = inflight.batch, inflight.launched.outcome
+        batch, outcome = inflight.batch, inflight.launched.outcomes[0]
         host = inflight.launched.built - inflight.started
         device = inflight.enqueued - inflight.launched.built + waited
         seconds = done - max(inflight.started, self._last_done)
         self._last_done = done
         self.step_count += 1
         self._recent.append(StepRecord(self.step_count, batch.kind, seconds, len(batch.seqs),
-                                       len(batch.seqs) if batch.kind == "decode" else
-                                       batch.prefill_end - batch.prefill_start,
-                                       outcome.path, self.cascade.enabled, time.time(), host, device))
+                                       len(batch.decode) if batch.decode else batch.prefill_tokens,
+                                       outcome.path, self.cascade.enabled, time.time(), host, device,
+                                       batch.prefill_tokens))
         if batch.kind == "decode":
             self.metrics.decode_step.observe(seconds)
             self.metrics.decode_step_host.observe(host)

@@ -1,10 +1,13 @@
 """Continuous batching over the pool: who prefills, who decodes, who waits.
 
-One sequence prefills at a time, in chunks, and adopts the prefix cache when
-its prefill starts, so sessions arriving together behind one system prompt
-compute it once. Decode steps batch every running sequence. When a decode
-step needs a page the pool cannot give, the most recently admitted sequence
-is preempted back to the queue and recomputed later.
+Every step carries every running sequence's next token and, within a token
+budget (``max_batched_tokens``, as vLLM's chunked prefill), a chunk of the one
+sequence that is prefilling: a long prompt is computed a budget at a time
+beside the decodes, so running streams keep their pace. The prefilling
+sequence adopts the prefix cache when its prefill starts, so sessions
+arriving together behind one system prompt compute it once. When a step
+needs a page the pool cannot give, the most recently admitted sequence is
+preempted back to the queue and recomputed later.
 """
 
 from __future__ import annotations
@@ -23,19 +26,39 @@ class RequestRejected(ValueError):
 
 @dataclass
 class ScheduledStep:
-    kind: str  # "prefill" or "decode"
-    seqs: list[Sequence]
+    decode: list[Sequence]             # one new token each
+    prefill: Sequence | None = None    # and a chunk of this one's prompt: positions [prefill_start, prefill_end)
     prefill_start: int = 0
     prefill_end: int = 0
     preempted: list[Sequence] = field(default_factory=list)
 
+    @property
+    def kind(self) -> str:
+        """"decode" for a step with decode rows (a prefill chunk may ride along), else "prefill"."""
+        return "decode" if self.decode else "prefill"
+
+    @property
+    def seqs(self) -> list[Sequence]:
+        return self.decode + ([self.prefill] if self.prefill else [])
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prefill_end - self.prefill_start
+
+    @property
+    def finishes_prefill(self) -> bool:
+        return self.prefill is not None and self.prefill_end == len(self.prefill)
+
 
 class Scheduler:
-    def __init__(self, cache: PrefixCache, max_running: int = 64, prefill_chunk: int = 512) -> None:
+    def __init__(self, cache: PrefixCache, max_running: int = 64, max_batched_tokens: int = 512) -> None:
+        if max_batched_tokens <= max_running:
+            raise ValueError(f"max_batched_tokens ({max_batched_tokens}) must exceed max_running ({max_running}): "
+                             "a step carries every running sequence's token and room for a prefill chunk")
         self.cache = cache
         self.pool = cache.pool
         self.max_running = max_running
-        self.prefill_chunk = prefill_chunk
+        self.max_batched_tokens = max_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.prefilling: Sequence | None = None
@@ -43,7 +66,6 @@ class Scheduler:
         # (already on its way from a launched step) is read back.
         self.retiring: list[Sequence] = []
         self.num_preemptions = 0
-        self._last_kind = ""
 
     def check(self, num_tokens: int) -> None:
         """Refuse a sequence that could not fit even in an empty pool."""
@@ -103,18 +125,14 @@ class Scheduler:
 
     def schedule(self) -> ScheduledStep | None:
         self._admit()
-        prefill_turn = self.prefilling and (not self.running or self._last_kind == "decode")
-        if not prefill_turn and self.running:
-            preempted = self._reserve_decode_pages()
-            if self.running:
-                self._last_kind = "decode"
-                return ScheduledStep("decode", list(self.running), preempted=preempted)
+        preempted = self._reserve_decode_pages()
+        step = ScheduledStep(list(self.running), preempted=preempted)
         if self.prefilling:
             seq = self.prefilling
-            self._last_kind = "prefill"
-            end = min(len(seq), seq.num_cached_tokens + self.prefill_chunk)
-            return ScheduledStep("prefill", [seq], seq.num_cached_tokens, end)
-        return None
+            budget = self.max_batched_tokens - len(step.decode)
+            step.prefill, step.prefill_start = seq, seq.num_cached_tokens
+            step.prefill_end = min(len(seq), seq.num_cached_tokens + budget)
+        return step if step.decode or step.prefill else None
 
     def prefill_done(self, seq: Sequence) -> None:
         self.prefilling = None

@@ -44,7 +44,7 @@ class PoolView:
 @dataclass(frozen=True)
 class StepRecord:
     step: int
-    kind: str  # "decode" or "prefill"
+    kind: str  # "decode" (a prefill chunk may ride along) or "prefill"
     seconds: float
     batch: int
     tokens: int
@@ -53,6 +53,7 @@ class StepRecord:
     timestamp: float
     host_seconds: float = 0.0    # the engine's: scheduling, planning, building the graph
     device_seconds: float = 0.0  # MLX's: encoding and running the kernels, waiting for them
+    prefill_tokens: int = 0      # prompt tokens computed beside the decode rows
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from mlxcel.engine.config import EngineConfig
 from mlxcel.engine.limits import ServerLimits
 
 from . import allocator, blas
@@ -55,6 +56,10 @@ def pool_options(f):
     f = click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks.")(f)
     f = click.option("--kv-cache-mb", type=click.IntRange(1), default=None,
                      help="KV pool size in MiB [1024].")(f)
+    f = click.option("--max-batched-tokens", type=click.IntRange(EngineConfig.max_running + 1),
+                     default=EngineConfig.max_batched_tokens, show_default=True,
+                     help="Tokens one step computes: every running sequence's next one and a chunk of a prompt "
+                          "being prefilled (smaller keeps running streams' pace under a long prompt).")(f)
     return f
 
 
@@ -116,7 +121,8 @@ def import_mlx_lm() -> None:
 
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
-                 block_size: int = 32, dtype: str = "auto", progress=None, stage=None):
+                 block_size: int = 32, dtype: str = "auto", progress=None, stage=None,
+                 max_batched_tokens: int | None = None):
     """The engine on MODEL: a model directory, or a built-in name (None: the
     default). ``progress(what, done, total)`` follows a first-use conversion,
     ``stage(what)`` the steps after it."""
@@ -129,6 +135,8 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
                                        ("min_members", min_members)) if v is not None})
     loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None))
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
+    if max_batched_tokens:
+        engine_config.max_batched_tokens = max_batched_tokens
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
     engine = Engine(loaded, engine_config, cascade=config)
@@ -227,7 +235,7 @@ def tui():
 @debug_option
 def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
           min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
-          block_size, max_prompt_tokens, max_body_bytes, debug):
+          max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
     MODEL is a local model directory (an mlx-community conversion, say) or
@@ -257,7 +265,7 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
 
         def start(progress=None, stage=None):
             engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb,
-                                  block_size, dtype, progress, stage)
+                                  block_size, dtype, progress, stage, max_batched_tokens)
             from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
             from mlxcel.engine.server import OpenAIServer
 

@@ -148,7 +148,7 @@ def test_sessions_arriving_together_compute_the_shared_prompt_once(tiny_loaded, 
     seqs = [engine.submit(p, SamplingParams(max_tokens=3)) for p in prompts]
     engine.run_until_idle()
     assert engine.cache.stats().hits == 3
-    prefill_tokens = sum(r.tokens for r in engine.snapshot.recent_steps if r.kind == "prefill")
+    prefill_tokens = sum(r.prefill_tokens for r in engine.snapshot.recent_steps)
     assert prefill_tokens == sum(s.num_prompt_tokens - s.num_reused_tokens for s in seqs)
     # Every later session reuses at least the full pages of the prefix all four share. The fourth
     # may reuse a page more: its question starts with "What" like the first one's, and with a random

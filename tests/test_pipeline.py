@@ -101,15 +101,45 @@ def test_a_cancel_mid_run_ends_one_sequence_and_no_other(make_engine, prompts, r
 def test_each_decode_step_is_launched_before_the_previous_one_is_read(make_engine, prompts):
     engine = make_engine(block_size=16)
     pending_at_launch = []
-    real = engine.runner.decode
+    real = engine.runner.step
 
-    def decode(seqs, last_tokens, settings):
-        pending_at_launch.append([s.pending_tokens for s in seqs])
-        return real(seqs, last_tokens, settings)
+    def step(batch, last_tokens, settings):
+        pending_at_launch.append([s.pending_tokens for s in batch.decode])
+        return real(batch, last_tokens, settings)
 
-    engine.runner.decode = decode
+    engine.runner.step = step
     engine.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True))
     # After the first decode step every launch takes its inputs from the step
     # still on the device: the host never waited for them.
     full = [p for p in pending_at_launch if len(p) == len(prompts)]
     assert len(full) >= 8 and all(p == [1] * len(prompts) for p in full[1:])
+
+
+def test_a_long_prompt_prefills_beside_the_running_streams(make_engine, reference_model, prompts, references):
+    # A token budget of 48: once three streams decode, a 700-token prompt is
+    # computed 45 tokens a step beside them, and no stream ever skips a step.
+    engine = make_engine(block_size=16, max_batched_tokens=48, max_running=4, num_blocks=256)
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    running = [engine.submit(p, params) for p in prompts[:3]]
+    while not all(s.num_completion_tokens for s in running):
+        engine.step()
+    rng = np.random.default_rng(5)
+    long_prompt = rng.integers(3, 1000, 700).tolist()
+    late = engine.submit(long_prompt, SamplingParams(max_tokens=6, ignore_eos=True))
+    counts, mixed = [], 0
+    while late.num_completion_tokens == 0:
+        before = [s.num_completion_tokens for s in running]
+        engine.step()
+        record = engine.snapshot.recent_steps[-1]
+        if record.prefill_tokens and record.kind == "decode":
+            mixed += 1
+            assert record.tokens + record.prefill_tokens <= 48
+        counts.append([s.num_completion_tokens - b for s, b in zip(running, before)])
+    engine.run_until_idle()
+    assert mixed >= 700 // 45 - 1, "the prompt was not prefilled beside the decodes"
+    # Every step while it prefilled gave each unfinished stream its token.
+    assert all(all(c == 1 for c, s in zip(step, running) if s.num_completion_tokens < 20) for step in counts[1:-1])
+    for seq, want in zip(running, references[:3]):
+        assert seq.completion_token_ids == want[:20]
+    assert late.completion_token_ids == greedy(reference_model, long_prompt, 6)
+    assert_pool_at_baseline(engine)

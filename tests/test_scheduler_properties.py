@@ -69,26 +69,26 @@ class FakeRunner:
         seen = [self.slots.get((seq.block_table[pos // BLOCK], pos % BLOCK)) for pos in range(end)]
         assert seen == tokens[:end], f"sequence {seq.id} reads another sequence's K/V"
 
-    @staticmethod
-    def launched(tokens: list[int], kind: str, rows: int) -> Launched:
-        return Launched(mx.array(tokens, dtype=mx.int32), DecodeOutcome(kind, rows, None, 0, "fake"),
-                        time.perf_counter())
-
-    def decode(self, seqs, last_tokens, settings):
-        out = []
-        for seq, last in zip(seqs, last_tokens.tolist()):
-            tokens = seq.token_ids + [last] * seq.pending_tokens   # the history as the model sees it
-            assert tokens[-1] == last and seq.pending_tokens <= 1
-            self._write(seq, tokens, seq.num_cached_tokens, seq.num_cached_tokens + 1)
-            self._read(seq, tokens, seq.num_cached_tokens + 1)
-            out.append(next_token(tokens))
-        return self.launched(out, FLAT, len(seqs))
-
-    def prefill(self, seq, end):
-        assert seq.pending_tokens == 0
-        self._write(seq, seq.token_ids, seq.num_cached_tokens, end)
-        self._read(seq, seq.token_ids, end)
-        return self.launched([next_token(seq.token_ids)] if end == len(seq) else [], GATHER, 1)
+    def step(self, batch, last_tokens, settings):
+        out, outcomes = [], []
+        if batch.decode:
+            for seq, last in zip(batch.decode, last_tokens.tolist()):
+                tokens = seq.token_ids + [last] * seq.pending_tokens   # the history as the model sees it
+                assert tokens[-1] == last and seq.pending_tokens <= 1
+                self._write(seq, tokens, seq.num_cached_tokens, seq.num_cached_tokens + 1)
+                self._read(seq, tokens, seq.num_cached_tokens + 1)
+                out.append(next_token(tokens))
+            outcomes.append(DecodeOutcome(FLAT, len(batch.decode), None, 0, "fake"))
+        if batch.prefill is not None:
+            seq = batch.prefill
+            assert seq.pending_tokens == 0 and batch.prefill_start == seq.num_cached_tokens
+            self._write(seq, seq.token_ids, batch.prefill_start, batch.prefill_end)
+            self._read(seq, seq.token_ids, batch.prefill_end)
+            if batch.finishes_prefill:
+                out.append(next_token(seq.token_ids))
+            outcomes.append(DecodeOutcome(GATHER, 1, None, 0, "fake"))
+        assert len(batch.decode) + batch.prefill_tokens <= 8, "the step is over its token budget"
+        return Launched(mx.array(out, dtype=mx.int32), tuple(outcomes), time.perf_counter())
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -97,7 +97,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @initialize()
     def build(self):
         self.engine = Engine(self.loaded, EngineConfig(block_size=BLOCK, num_blocks=NUM_BLOCKS, max_running=4,
-                                                       prefill_chunk=5), cascade=CascadeConfig())
+                                                       max_batched_tokens=8), cascade=CascadeConfig())
         self.engine.runner = FakeRunner(self.engine.pool, self.engine.runner.sampler)
         self.eos = set(self.engine.tokenizer.eos_token_ids)
         self.submitted = []  # (sequence, expected completion, expected reason)
