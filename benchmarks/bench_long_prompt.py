@@ -24,7 +24,7 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel_tui import allocator, blas
-from mlxcel_tui.cli import build_engine
+from mlxcel_tui.workload import build_engine
 
 
 def p99(values: list[float]) -> float:

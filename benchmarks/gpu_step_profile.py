@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
-import numpy as np
 from mlx.utils import tree_flatten
 
 import gpu_e2e_bench as e2e

@@ -166,8 +166,8 @@ class EngineConfig:
     max_batched_tokens: int = 512  # tokens a step computes: the decodes' and a prefill chunk's
     prefix_caching: bool = True
 
-    def pool_dtype(self, activation_dtype: "mx.Dtype") -> "mx.Dtype":
-        """The pool's dtype: kv_dtype, else the model's activations'."""
+    def pool_dtype(self, activation_dtype):
+        """The pool's mx.Dtype: kv_dtype, else the model's activations'."""
         import mlx.core as mx
 
         return getattr(mx, self.kv_dtype) if self.kv_dtype is not None else activation_dtype

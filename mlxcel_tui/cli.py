@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import sys
 import threading
 import traceback
@@ -12,77 +11,14 @@ from pathlib import Path
 
 import click
 
-from mlxcel.engine.config import EngineConfig
 from mlxcel.engine.limits import ServerLimits
 
 from . import allocator, blas
-from .frame import EXTRA_BLAS
-from .options import model_options
+from .options import (CliError, api_key_options, cascade_options, debug_option, limit_options, model_options,
+                      pool_options, session_options)
+from .workload import build_engine, served_model, start_sessions, system_prompt_text
 
 log = logging.getLogger("mlxcel")
-
-
-class CliError(click.ClickException):
-    """One clear line for the user; --debug shows the traceback as well."""
-
-
-# -- shared options ---------------------------------------------------------
-
-def cascade_options(f):
-    f = click.option("--min-members", type=click.IntRange(2), default=None,
-                     help="Fewest sequences a cascade subgroup needs [env MLXCEL_CASCADE_MIN_MEMBERS, 2].")(f)
-    f = click.option("--min-shared-pages", type=click.IntRange(1), default=None,
-                     help="Fewest shared pages to cascade [env MLXCEL_CASCADE_MIN_SHARED_PAGES, 16].")(f)
-    f = click.option("--cascade/--no-cascade", default=None,
-                     help="Cascade attention on or off [env MLXCEL_CASCADE_ATTENTION, off].")(f)
-    return f
-
-
-def session_options(f):
-    f = click.option("--max-tokens", type=click.IntRange(1, 8192), default=64, show_default=True,
-                     help="Tokens each session turn generates.")(f)
-    f = click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
-                     help="Use a synthetic system prompt of about this many tokens.")(f)
-    f = click.option("--system-prompt", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-                     help="File holding the shared system prompt.")(f)
-    f = click.option("--sessions", type=click.IntRange(0, 1024), default=4, show_default=True,
-                     help="Built-in client sessions sharing the system prompt.")(f)
-    return f
-
-
-def pool_options(f):
-    f = click.option("--block-size", type=click.IntRange(1, 1024), default=32, show_default=True,
-                     help="Tokens per KV page.")(f)
-    f = click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks.")(f)
-    f = click.option("--kv-cache-mb", type=click.IntRange(1), default=None,
-                     help="KV pool size in MiB [1024].")(f)
-    f = click.option("--max-batched-tokens", type=click.IntRange(EngineConfig.max_running + 1),
-                     default=EngineConfig.max_batched_tokens, show_default=True,
-                     help="Tokens one step computes: every running sequence's next one and a chunk of a prompt "
-                          "being prefilled (smaller keeps running streams' pace under a long prompt).")(f)
-    return f
-
-
-def limit_options(f):
-    f = click.option("--max-body-bytes", type=click.IntRange(1), default=ServerLimits.max_body_bytes,
-                     show_default=True, help="Largest request body the server reads (413 beyond).")(f)
-    f = click.option("--max-prompt-tokens", type=click.IntRange(1), default=ServerLimits.max_prompt_tokens,
-                     show_default=True, help="Longest prompt a request may send, in tokens (400 beyond).")(f)
-    return f
-
-
-def debug_option(f):
-    return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
-
-
-def api_key_options(what: str):
-    def decorate(f):
-        f = click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                         default=None, help="Read the API key from FILE.")(f)
-        return click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
-                            help=f"{what} [env MLXCEL_API_KEY: unlike a command line, not shown to other "
-                                 "users by ps].")(f)
-    return decorate
 
 
 def api_key_from(api_key: str | None, api_key_file: Path | None) -> str | None:
@@ -103,101 +39,6 @@ def api_key_from(api_key: str | None, api_key_file: Path | None) -> str | None:
     except ValueError as err:
         raise CliError(str(err)) from err
     return api_key or None
-
-
-# -- building the engine ----------------------------------------------------
-
-def import_mlx_lm() -> None:
-    """Import mlx-lm keeping this process's file limit: its import sets
-    RLIMIT_NOFILE to (2048, 4096), which lowers a higher limit for good and
-    fails ("not allowed to raise maximum limit") where the hard limit is lower."""
-    setrlimit = resource.setrlimit
-    resource.setrlimit = lambda which, limits: None if which == resource.RLIMIT_NOFILE else setrlimit(which, limits)
-    try:
-        import mlx_lm  # noqa: F401
-    finally:
-        resource.setrlimit = setrlimit
-
-
-def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
-                 min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
-                 block_size: int = 32, dtype: str = "auto", progress=None, stage=None,
-                 max_batched_tokens: int | None = None):
-    """The engine on MODEL: a model directory, or a built-in name (None: the
-    default). ``progress(what, done, total)`` follows a first-use conversion,
-    ``stage(what)`` the steps after it."""
-    import_mlx_lm()  # before any engine module imports it
-    from mlxcel.engine.config import CascadeConfig, EngineConfig
-    from mlxcel.engine.engine import Engine
-
-    config = CascadeConfig.from_env()
-    config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
-                                       ("min_members", min_members)) if v is not None})
-    loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None))
-    engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
-    if max_batched_tokens:
-        engine_config.max_batched_tokens = max_batched_tokens
-    if kv_cache_mb:
-        engine_config.pool_bytes = kv_cache_mb * 2**20
-    engine = Engine(loaded, engine_config, cascade=config)
-    engine.process_facts[EXTRA_BLAS] = blas.describe()
-    return engine
-
-
-def served_model(model: str | None) -> tuple[str | None, str | None]:
-    """(model, notice): MODEL as given, or the built-in model to use instead of
-    none, with a notice when it is not the default."""
-    from mlxcel.engine.builtin_models import DEFAULT, TINY, available
-
-    if model not in (None, DEFAULT, TINY):
-        return model, None
-    return available(model or DEFAULT)
-
-
-def load_served_model(model: str | None, dtype: str | None, progress, stage):
-    from mlxcel.engine.builtin_models import DEFAULT, TINY, builtin_model
-    from mlxcel.engine.gguf import GGUFError
-    from mlxcel.engine.model import ModelLoadError, load_model
-    from mlxcel.engine.model_cache import ModelCacheError
-
-    try:
-        if model in (None, DEFAULT, TINY):
-            stage("checking the model cache")
-            path, name = builtin_model(model or DEFAULT, dtype, progress=progress)
-            stage(f"loading {name}")
-            return load_model(path, name)
-        stage(f"loading {model}")
-        loaded = load_model(model)
-    except (ModelLoadError, ModelCacheError, GGUFError) as err:
-        raise CliError(str(err)) from err
-    if dtype:
-        import mlx.core as mx
-
-        loaded.model.set_dtype(getattr(mx, dtype))  # float parameters only; quantized weights stay as they are
-    return loaded
-
-
-def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens: int | None) -> str:
-    from mlxcel.engine.sessions import synthetic_system_prompt
-    from mlxcel.engine.session_prompts import DEFAULT_SYSTEM_PROMPT
-
-    if system_prompt:
-        try:
-            return system_prompt.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise CliError(f"cannot read --system-prompt {system_prompt}: {err}") from err
-    if shared_prefix_tokens:
-        return synthetic_system_prompt(engine.tokenizer, shared_prefix_tokens, DEFAULT_SYSTEM_PROMPT)
-    return DEFAULT_SYSTEM_PROMPT
-
-
-def start_sessions(engine, count: int, system_prompt: str, max_tokens: int, turns: int | None = None):
-    from mlxcel.engine.sessions import SessionManager
-    from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
-
-    manager = SessionManager(engine, system_prompt, list(DEFAULT_QUESTIONS), max_tokens=max_tokens, turns=turns)
-    manager.add(count)
-    return manager
 
 
 def configure_logging(debug: bool, stream=None, filename: str | None = None) -> None:

@@ -1,9 +1,75 @@
-"""Command-line options `mlxcel-tui serve` and `mlxcel stats --run` share,
-declared once (this module imports nothing of the engine, so the CLI starts fast)."""
+"""Command-line options `mlxcel-tui serve`, `attach` and `mlxcel stats` share,
+declared once, and the one error a command reports."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from mlxcel.engine.config import EngineConfig
+from mlxcel.engine.limits import ServerLimits
+
+
+class CliError(click.ClickException):
+    """One clear line for the user; --debug shows the traceback as well."""
+
+
+def cascade_options(f):
+    f = click.option("--min-members", type=click.IntRange(2), default=None,
+                     help="Fewest sequences a cascade subgroup needs [env MLXCEL_CASCADE_MIN_MEMBERS, 2].")(f)
+    f = click.option("--min-shared-pages", type=click.IntRange(1), default=None,
+                     help="Fewest shared pages to cascade [env MLXCEL_CASCADE_MIN_SHARED_PAGES, 16].")(f)
+    f = click.option("--cascade/--no-cascade", default=None,
+                     help="Cascade attention on or off [env MLXCEL_CASCADE_ATTENTION, off].")(f)
+    return f
+
+
+def session_options(f):
+    f = click.option("--max-tokens", type=click.IntRange(1, 8192), default=64, show_default=True,
+                     help="Tokens each session turn generates.")(f)
+    f = click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
+                     help="Use a synthetic system prompt of about this many tokens.")(f)
+    f = click.option("--system-prompt", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+                     help="File holding the shared system prompt.")(f)
+    f = click.option("--sessions", type=click.IntRange(0, 1024), default=4, show_default=True,
+                     help="Built-in client sessions sharing the system prompt.")(f)
+    return f
+
+
+def pool_options(f):
+    f = click.option("--block-size", type=click.IntRange(1, 1024), default=32, show_default=True,
+                     help="Tokens per KV page.")(f)
+    f = click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks.")(f)
+    f = click.option("--kv-cache-mb", type=click.IntRange(1), default=None,
+                     help="KV pool size in MiB [1024].")(f)
+    f = click.option("--max-batched-tokens", type=click.IntRange(EngineConfig.max_running + 1),
+                     default=EngineConfig.max_batched_tokens, show_default=True,
+                     help="Tokens one step computes: every running sequence's next one and a chunk of a prompt "
+                          "being prefilled (smaller keeps running streams' pace under a long prompt).")(f)
+    return f
+
+
+def limit_options(f):
+    f = click.option("--max-body-bytes", type=click.IntRange(1), default=ServerLimits.max_body_bytes,
+                     show_default=True, help="Largest request body the server reads (413 beyond).")(f)
+    f = click.option("--max-prompt-tokens", type=click.IntRange(1), default=ServerLimits.max_prompt_tokens,
+                     show_default=True, help="Longest prompt a request may send, in tokens (400 beyond).")(f)
+    return f
+
+
+def debug_option(f):
+    return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
+
+
+def api_key_options(what: str):
+    def decorate(f):
+        f = click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                         default=None, help="Read the API key from FILE.")(f)
+        return click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
+                            help=f"{what} [env MLXCEL_API_KEY: unlike a command line, not shown to other "
+                                 "users by ps].")(f)
+    return decorate
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 

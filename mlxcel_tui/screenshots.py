@@ -25,7 +25,7 @@ SETTLE_SECONDS = 2.5  # two polls after the last step counted, so the rates cove
 
 async def capture(out: Path, steps: int) -> list[Path]:
     from .app import DashboardApp, settle
-    from .cli import build_engine, start_sessions, system_prompt_text
+    from .workload import build_engine, start_sessions, system_prompt_text
     from .source import EngineSource
 
     engine = build_engine(None, cascade=False, min_shared_pages=None, min_members=None)

@@ -11,8 +11,9 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from .frame import EXTRA_BLAS
-from .options import model_options
+from .options import CliError, cascade_options, debug_option, model_options
 from .source import HttpSource, SourceError, samples_dict
+from .workload import build_engine, served_model, start_sessions, system_prompt_text
 
 
 def snapshot_summary(snap: dict) -> dict:
@@ -108,7 +109,6 @@ def read_server(source: HttpSource):
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
                  min_members, kv_blocks, dtype="auto"):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
-    from .cli import build_engine, served_model, start_sessions, system_prompt_text
     from .progress import StderrProgress
 
     model, notice = served_model(model)
@@ -156,16 +156,12 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
 @click.option("--turns", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Questions each session asks in --run.")
 @click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks for --run.")
-@click.option("--cascade/--no-cascade", default=None)
-@click.option("--min-shared-pages", type=int, default=None)
-@click.option("--min-members", type=int, default=None)
+@cascade_options
 @model_options
-@click.option("--debug", is_flag=True, help="Show full tracebacks.")
+@debug_option
 def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
           cascade, min_shared_pages, min_members, dtype, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
-    from .cli import CliError
-
     if (url is None) == (run_model is None):
         raise click.UsageError("give exactly one of --url URL or --run [MODEL]")
     if watch is not None and url is None:

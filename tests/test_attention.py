@@ -16,7 +16,7 @@ from mlxcel.engine.attention import (ComposedCascade, paged_prefill_attention, p
 from mlxcel.engine.cascade import CascadePlan, plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
-from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
+from mlxcel.kernels import AttentionShape, CsrBuilder
 from mlxcel.kernels.reference import reference_decode, reference_prefill
 from paged_cases import (ATOL, OutcomeRecorder, fresh_blocks, kernel_atol, make_case, mixed_batch,  # noqa: F401
                          rng)  # rng is a fixture

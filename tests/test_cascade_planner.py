@@ -9,7 +9,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlxcel.engine import cascade
 from mlxcel.engine.cascade import CascadePlan, explain_cascade, plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import PagedCsrView

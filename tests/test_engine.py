@@ -16,7 +16,7 @@ from mlx_lm.sample_utils import make_sampler
 
 from mlxcel.engine.model import ModelLoadError, load_model
 from mlxcel.engine.scheduler import RequestRejected
-from mlxcel.engine.sequence import SamplingParams, Sequence
+from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.sessions import chat_prompt
 from mlxcel.engine.random_model import TINY_QWEN3, generate_random_model
 from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS

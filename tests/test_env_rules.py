@@ -73,7 +73,7 @@ def test_the_engine_reads_the_environment_once_at_start(monkeypatch, tiny_loaded
 
 
 def test_cli_flags_override_the_environment(monkeypatch, tiny_model_path, caplog):
-    from mlxcel_tui.cli import build_engine
+    from mlxcel_tui.workload import build_engine
 
     monkeypatch.setenv(ENABLED, "yes")
     monkeypatch.setenv(PAGES, "lots")
