@@ -115,8 +115,10 @@ def fuse_linears(parts: list[nn.Module]) -> nn.Module | None:
     """One linear layer computing ``parts``' outputs side by side, or None
     where they cannot be one (quantized differently, say)."""
     first = parts[0]
-    settings = lambda m: (type(m), getattr(m, "group_size", None), getattr(m, "bits", None),  # noqa: E731
-                          getattr(m, "mode", None), tuple(k for k in ARRAY_KEYS if isinstance(m.get(k), mx.array)))
+    def settings(m: nn.Module) -> tuple:
+        return (type(m), getattr(m, "group_size", None), getattr(m, "bits", None), getattr(m, "mode", None),
+                tuple(k for k in ARRAY_KEYS if isinstance(m.get(k), mx.array)))
+
     if any(settings(p) != settings(first) for p in parts):
         return None
     fused = copy.copy(first)
@@ -133,14 +135,14 @@ class PagedAttention(nn.Module):
         self.layer = layer
         self.n_heads, self.n_kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, head_dim
         self.scale = attn.scale
-        widths = [attn.q_proj, attn.k_proj, attn.v_proj]
-        fused = fuse_linears(widths)
+        projections = [attn.q_proj, attn.k_proj, attn.v_proj]
+        fused = fuse_linears(projections)
         if fused is not None:
             self.qkv_proj = fused
             q_width, kv_width = self.n_heads * head_dim, self.n_kv_heads * head_dim
             self.splits = [q_width, q_width + kv_width]
         else:
-            self.q_proj, self.k_proj, self.v_proj = widths
+            self.q_proj, self.k_proj, self.v_proj = projections
         self.o_proj = attn.o_proj
         if "q_norm" in attn:  # Qwen3 normalizes each head's q and k
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm

@@ -71,9 +71,13 @@ class ModelRunner:
             ctx.slot_offsets = mx.concatenate([ctx.slot_offsets, mx.array(chunk_offsets, dtype=mx.int32)])
             tokens.append(mx.array(seq.token_ids[start:end], dtype=mx.int32))
         sampling = decode + ([seq] if batch.finishes_prefill else [])
-        rows = list(range(len(decode))) + ([len(decode) + batch.prefill_tokens - 1] if batch.finishes_prefill else [])
-        # Rows that sample nothing (a middle chunk's) get no logits: their graph is never evaluated.
-        logits = output_logits(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, mx.array(rows, dtype=mx.int32))
+        # Rows that sample nothing (a middle chunk's) get no logits: their graph is never evaluated. A step of
+        # decode rows only samples every row, with no gather of the rows.
+        rows = None
+        if seq is not None:
+            last = [len(decode) + batch.prefill_tokens - 1] if batch.finishes_prefill else []
+            rows = mx.array(list(range(len(decode))) + last, dtype=mx.int32)
+        logits = output_logits(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, rows)
         sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
         if decode:
             outcomes.append(ctx.plan.outcome)     # after the layers: a launch that failed in one of them shows

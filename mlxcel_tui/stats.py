@@ -190,7 +190,6 @@ def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, m
     # The storage figure is read at the busiest step: at the end every page is released.
     summary_snap["sequences"] = peak.to_dict()["sequences"]
     summary_snap["pool"] = {**summary_snap["pool"], "live": peak.pool.live, "shared": peak.pool.shared}
-    per_session = [{"id": s.id, "label": s.label, "completions": s.completions, "question": s.last_question,
-                    "answer": s.last_answer} for s in manager.sessions]
+    per_session = [{**s.as_dict(), "completions": s.completions} for s in manager.sessions]
     emit(fmt, source.metrics(), summary_snap, generate_latest(engine.metrics.registry).decode(),
          per_session)
