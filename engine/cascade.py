@@ -1,21 +1,25 @@
-"""Cascade planning: which rows of a decode step share a leading page span
-worth attending once.
+"""Cascade planning: which page spans of a decode step's rows are attended
+once, for all the rows that share them.
 
 Detection reads the page table positionally (two rows whose page i is the same
 block id share those bytes), never refcounts. Rows are grouped by their first
-page and each group is walked as a trie over page positions: at span length L
-the candidates are rows with identical first L pages and more than L pages (a
-span never reaches a member's last page, the only page that may be partial).
-The subgroup removing the most page reads, ``shared_pages * (members - 1)``,
-wins; ties go to the longer span, then to the subgroup whose first row comes
-first. A row entering its first page mid-page is dropped, the rest may still
-cascade.
+page and each group is walked as a trie over page positions: a node is a set
+of rows with identical pages up to its end and its own pages from its parent's
+end, split where block ids diverge or where a row's pages run out (a span
+never reaches a member's last page, the only page that may be partial). The
+whole forest is the plan: every node with at least ``min_members`` rows whose
+pages, counted from where its rows' previous span ended, number at least
+``min_shared_pages`` is a span; a node below them leaves its pages to its
+children (or to the private level). A caller's ``pays`` may decline a span
+too (the fused kernels' cost model); its pages go the same way. A row
+entering its first page mid-page is in no span.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from functools import cached_property
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -44,17 +48,49 @@ class SharedSpan:
         return self.pages * (len(self.members) - 1)
 
 
+def best_span(spans) -> SharedSpan:
+    """The span removing the most page reads; ties go to the longer span, then
+    to the one whose first row comes first."""
+    return max(spans, key=lambda s: (s.saved_reads, s.pages, -s.members[0]))
+
+
 @dataclass(frozen=True)
 class CascadePlan:
-    members: list[int]   # row indices, ascending
-    shared_pages: int    # leading pages every member shares (never a member's last page)
-    # The spans attended once, outermost first (DESIGN.md, "Several subgroups
-    # and nested spans"); the planner finds one: pages [0, shared_pages) of members.
+    members: list[int]   # rows of the span with the most saved reads, ascending
+    shared_pages: int    # that span's pages (never a member's last page)
+    # Every span attended once, by depth (outermost first), then by first row
+    # (DESIGN.md, "Several subgroups and nested spans"). A plan built from
+    # members and shared_pages alone is that one span from page 0.
     spans: tuple[SharedSpan, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.spans:
             object.__setattr__(self, "spans", (SharedSpan(tuple(self.members), 0, self.shared_pages),))
+
+    @classmethod
+    def of(cls, spans) -> "CascadePlan":
+        """The plan of these spans (each member's contiguous from page 0, nested)."""
+        depth_of = span_depths(spans)
+        ordered = tuple(sorted(spans, key=lambda s: (depth_of[s], s.members[0])))
+        best = best_span(ordered)
+        return cls(list(best.members), best.pages, ordered)
+
+    @cached_property
+    def levels(self) -> tuple[tuple[SharedSpan, ...], ...]:
+        """The spans at each depth: a member's d-th span is at depth d. Spans of
+        one depth have disjoint members, so one launch serves them all."""
+        depth_of = span_depths(self.spans)
+        depth = max(depth_of.values()) + 1
+        return tuple(tuple(s for s in self.spans if depth_of[s] == d) for d in range(depth))
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+
+def span_depths(spans) -> dict[SharedSpan, int]:
+    """Each span's depth: how many spans of its first member end at or before its start."""
+    return {s: sum(1 for o in spans if s.members[0] in o.members and o.end <= s.start) for s in spans}
 
 
 @dataclass(frozen=True)
@@ -65,13 +101,19 @@ class CascadeDecision:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    span: int
-    rows: tuple[int, ...]
+class Node:
+    """A trie node: ``rows`` have identical pages [0, end); its own pages
+    start at ``begin``, its parent's end."""
 
-    @property
-    def saved_reads(self) -> int:
-        return self.span * (len(self.rows) - 1)
+    rows: tuple[int, ...]
+    begin: int
+    end: int
+    children: tuple["Node", ...]
+
+    def walk(self):
+        yield self
+        for child in self.children:
+            yield from child.walk()
 
 
 def padded_tables(host: HostCsr) -> np.ndarray:
@@ -84,28 +126,26 @@ def padded_tables(host: HostCsr) -> np.ndarray:
     return np.where(inside, host.indices[position], -1)
 
 
-def walk_group(tables: np.ndarray, limit: np.ndarray, rows: np.ndarray, depth: int,
-               found: list[Candidate]) -> None:
-    """Trie walk below a node whose ``rows`` (>= 2) agree on their first
-    ``depth`` pages and may all span at least ``depth``: record the node's
-    longest span for this member set, then split at the next position."""
+def build_node(tables: np.ndarray, limit: np.ndarray, rows: np.ndarray, begin: int, depth: int) -> Node:
+    """The node of ``rows`` (>= 2), which agree on their first ``depth`` pages
+    and may all span at least ``depth``, and the nodes below it."""
     reach = int(limit[rows].min())
     columns = tables[rows, depth:reach]
     agree = (columns == columns[0]).all(axis=0)
-    span = depth + int(np.argmin(agree)) if not agree.all() else reach
-    found.append(Candidate(span, tuple(int(r) for r in rows)))
-    deeper = rows[limit[rows] > span]
-    if len(deeper) < 2:
-        return
-    for page in np.unique(tables[deeper, span]):
-        branch = deeper[tables[deeper, span] == page]
-        if len(branch) >= 2:
-            walk_group(tables, limit, branch, span + 1, found)
+    end = depth + int(np.argmin(agree)) if not agree.all() else reach
+    deeper = rows[limit[rows] > end]
+    children = []
+    if len(deeper) >= 2:
+        for page in np.unique(tables[deeper, end]):
+            branch = deeper[tables[deeper, end] == page]
+            if len(branch) >= 2:
+                children.append(build_node(tables, limit, branch, end, end + 1))
+    return Node(tuple(int(r) for r in rows), begin, end, tuple(children))
 
 
-def find_candidates(host: HostCsr) -> tuple[list[Candidate], tuple[int, ...]]:
-    """Every (span, member set) node of every first-page group, and the rows
-    dropped for entering mid-page while sharing their first page."""
+def page_forest(host: HostCsr) -> tuple[list[Node], tuple[int, ...]]:
+    """One trie per first-page group of two or more rows, and the rows dropped
+    for entering mid-page while sharing their first page."""
     pages = host.num_pages()
     has_pages = pages > 0
     first = np.full(len(pages), -1, np.int64)
@@ -118,39 +158,66 @@ def find_candidates(host: HostCsr) -> tuple[list[Candidate], tuple[int, ...]]:
     limit = pages - 1                        # a member keeps its last page private
     eligible = np.flatnonzero(has_pages & ~mid_page & (limit >= 1))
     group_firsts, group_sizes = np.unique(first[eligible], return_counts=True)
-    found: list[Candidate] = []
     if not (group_sizes >= 2).any():         # the common no-sharing case stops here
-        return found, dropped
+        return [], dropped
     tables = padded_tables(host)
-    for page in group_firsts[group_sizes >= 2]:
-        walk_group(tables, limit, eligible[first[eligible] == page], 1, found)
-    return found, dropped
+    roots = [build_node(tables, limit, eligible[first[eligible] == page], 0, 1)
+             for page in group_firsts[group_sizes >= 2]]
+    return roots, dropped
 
 
-def decide(host: HostCsr, min_shared_pages: int, min_members: int) -> CascadeDecision:
-    """The best subgroup passing both thresholds, or the rule that declined."""
-    candidates, dropped = find_candidates(host)
+# (pages, members) of a span -> whether it is kept (a backend's cost model).
+SpanFilter = Callable[[int, int], bool]
+
+
+def select_spans(node: Node, start: int, min_shared_pages: int, min_members: int,
+                 pays: SpanFilter | None, kept: list[SharedSpan]) -> None:
+    """Spans of ``node`` and below, its rows' previous span ending at ``start``."""
+    pages, members = node.end - start, len(node.rows)
+    if pages >= min_shared_pages and members >= min_members and (pays is None or pays(pages, members)):
+        kept.append(SharedSpan(node.rows, start, node.end))
+        start = node.end
+    for child in node.children:
+        select_spans(child, start, min_shared_pages, min_members, pays, kept)
+
+
+def describe(plan: CascadePlan, block_size: int) -> str:
+    best = best_span(plan.spans)
+    text = f"{len(best.members)} rows share {best.pages} pages ({best.pages * block_size} tokens)"
+    if len(plan.spans) == 1:
+        return text
+    groups = len({s.members[0] for s in plan.levels[0]})
+    return f"{len(plan.spans)} spans in {groups} groups, {plan.depth} deep; most saved: {text}"
+
+
+def decide(host: HostCsr, min_shared_pages: int, min_members: int,
+           pays: SpanFilter | None = None) -> CascadeDecision:
+    """Every span passing both thresholds (and ``pays``), or the rule that declined."""
+    roots, dropped = page_forest(host)
     note = f"; rows entering mid-page dropped: {', '.join(map(str, dropped))}" if dropped else ""
-    passing = [c for c in candidates if c.span >= min_shared_pages and len(c.rows) >= min_members]
-    if passing:
-        best = max(passing, key=lambda c: (c.saved_reads, c.span, -c.rows[0]))
-        plan = CascadePlan(list(best.rows), best.span)
-        tokens = best.span * host.block_size
-        return CascadeDecision(plan, f"{len(best.rows)} rows share {best.span} pages ({tokens} tokens){note}", dropped)
-    if not candidates:
+    kept: list[SharedSpan] = []
+    for root in roots:
+        select_spans(root, 0, min_shared_pages, min_members, pays, kept)
+    if kept:
+        plan = CascadePlan.of(kept)
+        return CascadeDecision(plan, describe(plan, host.block_size) + note, dropped)
+    if not roots:
         return CascadeDecision(None, f"no two rows share a first page{note}", dropped)
-    enough_members = [c for c in candidates if len(c.rows) >= min_members]
-    if enough_members:
-        span = max(c.span for c in enough_members)
-        return CascadeDecision(None, f"best subgroup shares {span} pages < min_shared_pages {min_shared_pages}{note}",
-                               dropped)
-    most = max(len(c.rows) for c in candidates)
-    return CascadeDecision(None, f"{most} members < min_members {min_members}{note}", dropped)
+    nodes = [n for root in roots for n in root.walk()]
+    enough_members = [n for n in nodes if len(n.rows) >= min_members]
+    if not enough_members:
+        most = max(len(n.rows) for n in nodes)
+        return CascadeDecision(None, f"{most} members < min_members {min_members}{note}", dropped)
+    span = max(n.end for n in enough_members)
+    if span >= min_shared_pages:             # a filter declined what the thresholds allowed
+        return CascadeDecision(None, f"no span pays on these kernels{note}", dropped)
+    return CascadeDecision(None, f"best subgroup shares {span} pages < min_shared_pages {min_shared_pages}{note}",
+                           dropped)
 
 
-def explain_cascade(csr: PagedCsrView, config: PlannerSettings) -> CascadeDecision:
+def explain_cascade(csr: PagedCsrView, config: PlannerSettings, pays: SpanFilter | None = None) -> CascadeDecision:
     """The decision for this view (a decode step plans once, before its first layer)."""
-    return decide(csr.host, config.min_shared_pages, config.min_members)
+    return decide(csr.host, config.min_shared_pages, config.min_members, pays)
 
 
 def plan_cascade(csr: PagedCsrView, config: PlannerSettings) -> CascadePlan | None:
