@@ -2,16 +2,21 @@
 every layer.
 
 Single-token decode steps run the paged partial kernel over page tiles plus a
-merge (``prepare_flat_launch``); a cascade plan runs two levels instead
+merge (``prepare_flat_launch``); a cascade plan runs its levels instead
 (``prepare_cascade_launch``):
 
-- level 0: the shared span once, every member's query heads stacked onto one
-  launch as ``h0 = kv_head * (M * G) + m * G + g`` (so the kernel's h // NRep
-  still lands on the right KV head);
-- level 1: every row over its private suffix (non-members: the whole range);
-- one merge pairing each member's two states.
+- one launch per depth of the plan: every span at that depth (disjoint
+  members, any number of groups) is one row over its pages, with its members'
+  query heads stacked onto it as ``h0 = kv_head * (M * G) + m * G + g`` (so
+  the kernel's h // NRep still lands on the right KV head; M is the widest
+  span's members, narrower spans pad);
+- the private level: every row over the pages after its last span
+  (non-members: the whole range);
+- one merge folding each row's states: its private one and one per span it
+  is a member of.
 
-A fused backend runs the whole cascade in its own three launches; otherwise
+The launch count is the plan's depth plus two, whatever the number of
+groups. A fused backend runs the whole cascade in its own launches; otherwise
 the levels are composed here from the backend's partial and merge launches.
 Multi-token steps gather pages into contiguous K/V and run a dense causal
 attention (``paged_prefill_attention``).
@@ -31,75 +36,113 @@ from mlxcel.kernels import portable
 from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure
 from mlxcel.kernels.portable import page_tiles
 
-from .cascade import CascadePlan
+from .cascade import CascadePlan, SharedSpan
 
 
 def stack_member_heads(q_members: mx.array, num_kv_heads: int) -> mx.array:
-    """[M, Hq, D] -> [1, Hkv * M * G, D], kv-head-major ([M, Hkv, G] -> [Hkv, M, G])."""
-    members, hq, d = q_members.shape
+    """[S, M, Hq, D] (or [M, Hq, D], one span) -> [S, Hkv * M * G, D],
+    kv-head-major ([M, Hkv, G] -> [Hkv, M, G] per span)."""
+    if q_members.ndim == 3:
+        q_members = q_members[None]
+    spans, members, hq, d = q_members.shape
     group = hq // num_kv_heads
-    return q_members.reshape(members, num_kv_heads, group, d).transpose(1, 0, 2, 3).reshape(1, hq * members, d)
+    stacked = q_members.reshape(spans, members, num_kv_heads, group, d).transpose(0, 2, 1, 3, 4)
+    return stacked.reshape(spans, hq * members, d)
 
 
 def unstack_member_heads(o: mx.array, lse: mx.array, members: int, num_kv_heads: int) -> tuple[mx.array, mx.array]:
-    """Inverse of stack_member_heads on level-0 states: [M, Hq, D], [M, Hq]."""
-    stacked, d = o.shape[1], o.shape[2]
+    """Inverse of stack_member_heads on a level's states: [S * M, Hq, D], [S * M, Hq]."""
+    spans, stacked, d = o.shape
     hq = stacked // members
     group = hq // num_kv_heads
-    o = o.reshape(num_kv_heads, members, group, d).transpose(1, 0, 2, 3).reshape(members, hq, d)
-    lse = lse.reshape(num_kv_heads, members, group).transpose(1, 0, 2).reshape(members, hq)
+    o = o.reshape(spans, num_kv_heads, members, group, d).transpose(0, 2, 1, 3, 4).reshape(spans * members, hq, d)
+    lse = lse.reshape(spans, num_kv_heads, members, group).transpose(0, 2, 1, 3).reshape(spans * members, hq)
     return o, lse
 
 
 @dataclass(frozen=True)
-class CascadeLayout:
-    """The two levels of a plan over one page layout."""
+class SpanLevel:
+    """One depth of a plan as one launch: a row per span over its pages (all
+    full), and the member rows whose heads are stacked onto each."""
 
-    members: mx.array                 # [M] member rows
-    shared: PagedCsrView              # one row over the shared pages, all full
-    private_host: HostCsr             # level 1 (last_page_len replaced each step)
+    spans: tuple[SharedSpan, ...]
+    view: PagedCsrView
+    members: np.ndarray         # [spans, width] member rows, -1 past a span's own members
+    stacked_rows: mx.array      # [spans * width] the rows whose q is stacked (padding repeats a span's first)
+
+    @property
+    def width(self) -> int:
+        return self.members.shape[1]
+
+
+@dataclass(frozen=True)
+class CascadeLayout:
+    """A plan's levels over one page layout."""
+
+    levels: tuple[SpanLevel, ...]
+    private_host: HostCsr       # every row after its last span (last_page_len replaced each step)
     private_device: tuple[mx.array, mx.array, mx.array]  # its indptr, indices, first_page_offset
     private_structure: PageStructure
-    merge_order: mx.array             # rows of [level 1; level 0] grouped per output row
-    merge_indptr: np.ndarray          # [R+1]
+    merge_order: mx.array       # states of [private; level 0; level 1; ...] grouped per output row
+    merge_indptr: np.ndarray    # [R+1]
 
     def private_view(self, csr: PagedCsrView) -> PagedCsrView:
-        """Level 1 for this step: every row's range minus the members' shared span."""
+        """The private level for this step (each row's last-page fill from ``csr``)."""
         h = self.private_host
         host = HostCsr(h.indptr, h.indices, csr.host.last_page_len, h.first_page_offset, h.block_size)
         indptr, indices, first = self.private_device
         return PagedCsrView(indptr, indices, csr.last_page_len, first, h.block_size, self.private_structure, host)
 
 
+def span_level(host: HostCsr, spans: tuple[SharedSpan, ...]) -> SpanLevel:
+    width = max(len(s.members) for s in spans)
+    members = np.full((len(spans), width), -1, np.int32)
+    for i, span in enumerate(spans):
+        members[i, :len(span.members)] = span.members
+    pages = [host.pages(s.members[0])[s.start:s.end] for s in spans]
+    indptr = np.zeros(len(spans) + 1, np.int32)
+    np.cumsum([s.pages for s in spans], out=indptr[1:])
+    view = PagedCsrView.from_host(HostCsr(indptr, np.concatenate(pages).astype(np.int32),
+                                          np.full(len(spans), host.block_size, np.int32),
+                                          np.zeros(len(spans), np.int32), host.block_size))
+    stacked = np.where(members >= 0, members, members[:, :1])
+    return SpanLevel(spans, view, members, mx.array(stacked.reshape(-1)))
+
+
+def private_level(host: HostCsr, plan: CascadePlan) -> HostCsr:
+    """Every row's pages after its last span."""
+    skip = np.zeros(host.num_rows, np.int64)
+    for span in plan.spans:
+        members = list(span.members)
+        skip[members] = np.maximum(skip[members], span.end)
+    pages = host.num_pages()
+    row_of = np.repeat(np.arange(host.num_rows), pages)
+    keep = np.arange(len(host.indices)) - host.indptr[:-1][row_of] >= skip[row_of]
+    indptr = np.zeros(host.num_rows + 1, np.int32)
+    np.cumsum(pages - skip, out=indptr[1:])
+    return HostCsr(indptr, host.indices[keep], host.last_page_len, host.first_page_offset, host.block_size)
+
+
 def cascade_layout(csr: PagedCsrView, plan: CascadePlan) -> CascadeLayout:
     host = csr.host
-    rows, members, span = host.num_rows, np.asarray(plan.members), plan.shared_pages
-    skip = np.zeros(rows, np.int64)
-    skip[members] = span
-    keep = np.ones(len(host.indices), bool)
-    for m in members:
-        keep[host.indptr[m]: host.indptr[m] + span] = False
-    indptr = np.zeros(rows + 1, np.int32)
-    np.cumsum(host.num_pages() - skip, out=indptr[1:])
-    private = HostCsr(indptr, host.indices[keep], host.last_page_len, host.first_page_offset, host.block_size)
-
-    shared_pages = host.pages(int(members[0]))[:span]
-    shared = PagedCsrView.from_host(HostCsr(
-        np.array([0, span], np.int32), shared_pages.astype(np.int32), np.array([host.block_size], np.int32),
-        np.zeros(1, np.int32), host.block_size))
-
-    level0_slot = np.full(rows, -1)
-    level0_slot[members] = rows + np.arange(len(members))
-    order = [s for r in range(rows) for s in ((r, level0_slot[r]) if level0_slot[r] >= 0 else (r,))]
+    rows = host.num_rows
+    levels = tuple(span_level(host, spans) for spans in plan.levels)
+    states = [[r] for r in range(rows)]          # each row's states: private first, then outermost span on
+    offset = rows
+    for level in levels:
+        for (span, slot), member in np.ndenumerate(level.members):
+            if member >= 0:
+                states[member].append(offset + span * level.width + slot)
+        offset += level.members.size
     merge_indptr = np.zeros(rows + 1, np.int64)
-    np.cumsum(np.where(level0_slot >= 0, 2, 1), out=merge_indptr[1:])
+    np.cumsum([len(s) for s in states], out=merge_indptr[1:])
+    private = private_level(host, plan)
     return CascadeLayout(
-        members=mx.array(members.astype(np.int32)),
-        shared=shared,
+        levels=levels,
         private_host=private,
         private_device=(mx.array(private.indptr), mx.array(private.indices), mx.array(private.first_page_offset)),
         private_structure=PageStructure(),
-        merge_order=mx.array(np.array(order, np.int32)),
+        merge_order=mx.array(np.concatenate(states).astype(np.int32)),
         merge_indptr=merge_indptr,
     )
 
@@ -115,38 +158,40 @@ def prepare_flat_launch(csr: PagedCsrView, shape: AttentionShape) -> Launch:
 
 @dataclass(frozen=True)
 class ComposedCascade:
-    """The two levels and the merge as separate backend launches: stack the
-    members' heads, level 0, unstack, level 1, reorder, merge."""
+    """The levels and the merge as separate backend launches: per depth stack
+    the members' heads, attend, unstack; the private level; reorder, merge."""
 
     layout: CascadeLayout
-    level0: Callable
-    level1: Callable
+    levels: tuple[Callable, ...]
+    private: Callable
     merge: Callable
     kv_heads: int
 
     def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
-        layout, members = self.layout, self.layout.members.shape[0]
-        q0 = stack_member_heads(q[layout.members], self.kv_heads)
-        o0, lse0 = self.level0(q0, k_pool, v_pool, layout.shared.last_page_len)
-        o0, lse0 = unstack_member_heads(o0, lse0, members, self.kv_heads)
-        o1, lse1 = self.level1(q, k_pool, v_pool, last_page_len)
-        states = mx.concatenate([o1, o0])[layout.merge_order]
-        lses = mx.concatenate([lse1, lse0])[layout.merge_order]
-        return self.merge(states, lses)[0].astype(q.dtype)
+        _, hq, d = q.shape
+        o, lse = self.private(q, k_pool, v_pool, last_page_len)
+        states, lses = [o], [lse]
+        for level, launch in zip(self.layout.levels, self.levels):
+            q_level = q[level.stacked_rows].reshape(len(level.spans), level.width, hq, d)
+            o, lse = launch(stack_member_heads(q_level, self.kv_heads), k_pool, v_pool, level.view.last_page_len)
+            o, lse = unstack_member_heads(o, lse, level.width, self.kv_heads)
+            states.append(o)
+            lses.append(lse)
+        order = self.layout.merge_order
+        return self.merge(mx.concatenate(states)[order], mx.concatenate(lses)[order])[0].astype(q.dtype)
 
 
 def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: AttentionShape) -> Launch:
     """The cascade launch of ``plan`` over this layout: (q, k_pool, v_pool,
-    last_page_len) -> o in q's dtype. The shared span is read once for the
-    whole subgroup, whatever its size."""
+    last_page_len) -> o in q's dtype. Every span is read once for all its
+    members, whatever their number."""
     layout = cascade_layout(csr, plan)
     private = layout.private_view(csr)
-    fused = kernels.prepare_cascade(shape, csr.num_rows, layout.shared, private, plan.members)
+    fused = kernels.prepare_cascade(shape, csr.num_rows, private, [(lv.view, lv.members) for lv in layout.levels])
     if fused is not None:
         return fused
-    members = len(plan.members)
     return ComposedCascade(layout,
-                           kernels.prepare_partial(layout.shared, shape.stacked(members)),
+                           tuple(kernels.prepare_partial(lv.view, shape.stacked(lv.width)) for lv in layout.levels),
                            kernels.prepare_partial(private, shape),
                            kernels.prepare_merge(layout.merge_indptr, shape.head_dim),
                            shape.kv_heads)

@@ -47,7 +47,7 @@ class DecodeOutcome:
     kind: str                   # FLAT, CASCADE, CASCADE_FALLBACK or GATHER
     batch: int                  # rows in the launch
     plan: CascadePlan | None    # the plan that ran (CASCADE) or failed (CASCADE_FALLBACK)
-    shared_tokens: int          # KV tokens of the shared span, 0 without a plan
+    shared_tokens: int          # KV tokens of every span (each read once), 0 without a plan
     reason: str                 # "cascade off", the planner's reason, or the failure
     kv_bytes_saved: int = 0     # per layer: KV bytes the flat launch reads and this one did not
 
@@ -58,6 +58,11 @@ class DecodeOutcome:
     @property
     def spans(self) -> int:
         return len(self.plan.spans) if self.kind == CASCADE else 0
+
+    @property
+    def member_rows(self) -> int:
+        """Rows in at least one span."""
+        return len({m for s in self.plan.spans for m in s.members}) if self.plan else 0
 
 
 class OutcomeRecorder(Protocol):
@@ -125,7 +130,7 @@ class DecodePlan:
         batch = self._csr.num_rows
         if self.plan is None:
             return DecodeOutcome(FLAT, batch, None, 0, self._reason)
-        shared_tokens = self.plan.shared_pages * self.shape.block_size
+        shared_tokens = sum(s.pages for s in self.plan.spans) * self.shape.block_size
         if self._failure is not None:
             return DecodeOutcome(CASCADE_FALLBACK, batch, self.plan, shared_tokens, self._failure)
         return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self._reason,
@@ -160,8 +165,8 @@ def log_first_launch(outcome: DecodeOutcome) -> None:
         plan = outcome.plan
         spans = ", ".join(f"rows {list(s.members)} pages {s.start}-{s.end}" for s in plan.spans)
         log.info("paged decode v2: fused v2 cascade launch (batch %d, %d of them sharing %d pages / %d KV tokens "
-                 "read once; spans: %s; %s kernels)", outcome.batch, len(plan.members), plan.shared_pages,
-                 outcome.shared_tokens, spans, backend)
+                 "read once; spans: %s; %s kernels)", outcome.batch, outcome.member_rows,
+                 sum(s.pages for s in plan.spans), outcome.shared_tokens, spans, backend)
     elif outcome.kind == CASCADE_FALLBACK:
         log.warning("paged decode v2: %s; ran the flat fused v2 launch instead (batch %d, %s kernels)",
                     outcome.reason, outcome.batch, backend)

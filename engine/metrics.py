@@ -77,7 +77,7 @@ class EngineMetrics:
         if outcome.kind == CASCADE:
             self._launches["cascade"].inc(launches)
             self.cascade_shared_tokens.inc(outcome.shared_tokens * launches)
-            self.cascade_member_sequences.inc(len(outcome.plan.members) * launches)
+            self.cascade_member_sequences.inc(outcome.member_rows * launches)
             self.cascade_spans.inc(outcome.spans * launches)
             self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:

@@ -97,14 +97,16 @@ def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int |
     return backend().prepare_partial(csr, shape, chunk_pages)
 
 
-def prepare_cascade(shape: AttentionShape, rows: int, shared: PagedCsrView, private: PagedCsrView, members):
+def prepare_cascade(shape: AttentionShape, rows: int, private: PagedCsrView, levels):
     """A fused backend's whole cascade step over this layout (call it with
     (q, k_pool, v_pool, last_page_len) for o in q's dtype), or None where the
-    backend has none for this shape and the levels are composed from partials."""
+    backend has none for this shape and the levels are composed from partials.
+    ``levels``: per depth, (a view with one row per span, its pages all full;
+    [spans, width] int32 member rows, -1 past a span's members)."""
     module = backend()
     if not hasattr(module, "prepare_cascade") or not module.takes(shape):
         return None
-    return module.prepare_cascade(shape, rows, shared, private, members)
+    return module.prepare_cascade(shape, rows, private, levels)
 
 
 def cascade_decline(shape: AttentionShape, shared_pages: int, members: int) -> str | None:

@@ -119,3 +119,34 @@ def mixed_batch(rng: np.random.Generator, *, block_size: int, shared_pages: int 
     offsets = [0, 0, 0, 0, int(rng.integers(1, bs)), int(rng.integers(1, bs))]
     return make_case(rng, tables, tokens, block_size=bs, kv_heads=kv_heads, group=group, head_dim=head_dim,
                      first_page_offset=offsets, dtype=dtype, q_dtype=q_dtype, num_blocks=64)
+
+
+def tree_tables(rng: np.random.Generator, tree, prefix=(), ids=None) -> list[list[int]]:
+    """Block tables of a sharing tree: ``tree`` is (pages, [subtrees]), pages
+    every row below shares, or an int, a leaf row with that many own pages."""
+    ids = ids if ids is not None else iter(int(b) for b in rng.permutation(100_000))
+    if isinstance(tree, int):
+        return [list(prefix) + [next(ids) for _ in range(tree)]]
+    pages, below = tree
+    own = list(prefix) + [next(ids) for _ in range(pages)]
+    return [t for sub in below for t in tree_tables(rng, sub, own, ids)]
+
+
+def forest_batch(rng: np.random.Generator, trees, *, block_size: int, kv_heads: int = 2, group: int = 4,
+                 head_dim: int = 64, dtype=mx.float32, q_dtype=mx.float32) -> tuple[PagedCase, np.ndarray]:
+    """The rows of several sharing trees (one group each), plus a row entering
+    the first tree's first page mid-page and a one-page row on that page,
+    in random order, partial last pages: (case, order) with order[new] = old row."""
+    ids = iter(int(b) for b in rng.permutation(4096))
+    tables = [t for tree in trees for t in tree_tables(rng, tree, (), ids)]
+    first = tables[0][0]
+    tables += [[first, next(ids), next(ids)], [first]]
+    tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
+    offsets = [0] * (len(tables) - 2) + [int(rng.integers(1, block_size)), 0]
+    tokens[-1] = int(rng.integers(1, block_size + 1))
+    order = rng.permutation(len(tables))
+    pick = lambda values: [values[i] for i in order]          # noqa: E731
+    case = make_case(rng, pick(tables), pick(tokens), block_size=block_size, kv_heads=kv_heads, group=group,
+                     head_dim=head_dim, first_page_offset=pick(offsets), dtype=dtype, q_dtype=q_dtype,
+                     num_blocks=4096)
+    return case, order

@@ -13,13 +13,13 @@ from mlxcel import kernels
 from mlxcel.engine import attention, cascade, decode_plan
 from mlxcel.engine.attention import (ComposedCascade, paged_prefill_attention, prepare_cascade_launch,
                                      prepare_flat_launch, stack_member_heads, unstack_member_heads)
-from mlxcel.engine.cascade import CascadePlan, plan_cascade
+from mlxcel.engine.cascade import CascadePlan, SharedSpan, plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
 from mlxcel.kernels import AttentionShape, CsrBuilder
 from mlxcel.kernels.reference import reference_decode, reference_prefill
-from paged_cases import (ATOL, OutcomeRecorder, fresh_blocks, kernel_atol, make_case, mixed_batch,  # noqa: F401
-                         rng)  # rng is a fixture
+from paged_cases import (ATOL, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,  # noqa: F401
+                         mixed_batch, rng)  # rng is a fixture
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
 OFF = CascadeConfig(enabled=False)
@@ -29,6 +29,10 @@ OFF = CascadeConfig(enabled=False)
 # rounding of O(1) values: a few 1e-7. 1e-5 leaves room for that and is four
 # orders below what a wrong stacking or pairing produces (see the negative control).
 CASCADE_ATOL = 1e-5
+
+
+# mixed_batch's plan: rows 0-3 share two pages, rows 0-2 three more (a nested span).
+MIXED_SPANS = (SharedSpan((0, 1, 2, 3), 0, 2), SharedSpan((0, 1, 2), 2, 5))
 
 
 def launches(metrics, path):
@@ -55,7 +59,7 @@ def test_cascade_equals_flat_and_reference(rng, group, head_dim, block_size):
     metrics = OutcomeRecorder()
     cascaded = decode(case, ON, metrics)
     assert metrics.last_outcome.kind == "cascade"
-    assert metrics.last_outcome.plan == CascadePlan([0, 1, 2], 5)
+    assert metrics.last_outcome.plan.spans == MIXED_SPANS
     flat = decode(case, OFF)
     np.testing.assert_allclose(np.array(cascaded), np.array(flat), atol=CASCADE_ATOL, rtol=0)
     np.testing.assert_allclose(np.array(cascaded), reference_decode(case.q, case.k_pool, case.v_pool, case.host,
@@ -109,13 +113,14 @@ def test_member_major_stacking_gives_a_wrong_answer(rng):
     # has the same shapes and launches fine, but the kernel's h0 // (M * G)
     # then reads the wrong KV head for most stacked heads.
     case = mixed_batch(rng, block_size=16, kv_heads=2, group=4)
-    plan = plan_cascade(case.csr, ON)
+    plan = CascadePlan([0, 1, 2], 5)
     layout = attention.cascade_layout(case.csr, plan)
-    q_members, members = case.q[layout.members], len(plan.members)
+    level = layout.levels[0]
+    q_members, members = case.q[level.stacked_rows], len(plan.members)
     hq, d = case.q.shape[1], case.q.shape[2]
 
     def two_levels(q0_stacked, unstack):
-        o0, lse0 = kernels.paged_attention_partial(q0_stacked, case.k_pool, case.v_pool, layout.shared,
+        o0, lse0 = kernels.paged_attention_partial(q0_stacked, case.k_pool, case.v_pool, level.view,
                                                    scale=case.scale)
         o0, lse0 = unstack(o0, lse0)
         o1, lse1 = kernels.paged_attention_partial(case.q, case.k_pool, case.v_pool, layout.private_view(case.csr),
@@ -143,14 +148,17 @@ def test_the_shared_span_is_read_once_per_subgroup(rng, monkeypatch):
                         lambda csr, shape, *a: calls.append((shape, csr.host)) or real(csr, shape, *a))
     monkeypatch.setattr(kernels, "prepare_cascade", lambda *a: None)   # the levels as separate launches
     decode(case, ON)
-    (level0_shape, level0), (_, level1) = calls
-    shared = case.host.pages(0)[:5].tolist()
-    assert level0.num_rows == 1 and level0.pages(0).tolist() == shared
-    assert level0_shape.q_heads == 3 * case.q.shape[1]       # all 3 members' heads stacked on one row
-    for member in (0, 1, 2):                                  # level 1 reads only the private suffix
-        assert level1.pages(member).tolist() == case.host.pages(member)[5:].tolist()
-    for other in (3, 4, 5):                                   # non-members: their whole range
-        assert level1.pages(other).tolist() == case.host.pages(other).tolist()
+    (outer_shape, outer), (inner_shape, inner), (_, private) = calls
+    pages = case.host.pages(0).tolist()
+    assert outer.num_rows == 1 and outer.pages(0).tolist() == pages[:2]
+    assert outer_shape.q_heads == 4 * case.q.shape[1]        # all 4 members' heads stacked on one row
+    assert inner.num_rows == 1 and inner.pages(0).tolist() == pages[2:5]
+    assert inner_shape.q_heads == 3 * case.q.shape[1]
+    for member in (0, 1, 2):                                  # the private level: after each row's last span
+        assert private.pages(member).tolist() == case.host.pages(member)[5:].tolist()
+    assert private.pages(3).tolist() == case.host.pages(3)[2:].tolist()
+    for other in (4, 5):                                      # non-members: their whole range
+        assert private.pages(other).tolist() == case.host.pages(other).tolist()
 
 
 def test_disabled_cascade_never_scans_the_page_table(rng, monkeypatch):
@@ -249,7 +257,7 @@ def test_a_failing_cascade_falls_back_to_flat_in_the_same_step(rng, monkeypatch,
     assert launches(metrics, "fused_v2") == 2 and launches(metrics, "cascade") == 0
     outcome = metrics.last_outcome
     assert outcome.kind == "cascade_fallback" and outcome.path == "fused_v2"
-    assert outcome.plan == CascadePlan([0, 1, 2], 5) and "injected level-0 fault" in outcome.reason
+    assert outcome.plan.spans == MIXED_SPANS and "injected level-0 fault" in outcome.reason
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "injected level-0 fault" in warnings[0].getMessage()
 
@@ -261,8 +269,9 @@ def test_metrics_count_every_launch(rng):
         decode(case, ON, metrics)
     decode(case, OFF, metrics)
     assert launches(metrics, "fused_v2") == 4 and launches(metrics, "cascade") == 3
-    assert sample(metrics, "mlxcel_cascade_shared_tokens_total") == 3 * 5 * 16
-    assert sample(metrics, "mlxcel_cascade_member_sequences_total") == 3 * 3
+    assert sample(metrics, "mlxcel_cascade_shared_tokens_total") == 3 * (2 + 3) * 16     # both spans' tokens
+    assert sample(metrics, "mlxcel_cascade_member_sequences_total") == 3 * 4            # rows in some span
+    assert sample(metrics, "mlxcel_cascade_spans_total") == 3 * 2
     assert sample(metrics, "mlxcel_cascade_failures_total") == 0
     assert metrics.last_outcome.kind == "flat" and metrics.last_outcome.reason == "cascade off"
     # A declined plan still runs fused_v2 and says why.
@@ -281,8 +290,8 @@ def test_each_outcome_is_logged_once(rng, monkeypatch, caplog):
     messages = [r.getMessage() for r in caplog.records]
     backend = kernels.backend_name()     # "portable" on the CPU, "cuda" on an NVIDIA GPU
     assert messages == [
-        "paged decode v2: fused v2 cascade launch (batch 6, 3 of them sharing 5 pages / 80 KV tokens read once; "
-        f"spans: rows [0, 1, 2] pages 0-5; {backend} kernels)",
+        "paged decode v2: fused v2 cascade launch (batch 6, 4 of them sharing 5 pages / 80 KV tokens read once; "
+        f"spans: rows [0, 1, 2, 3] pages 0-2, rows [0, 1, 2] pages 2-5; {backend} kernels)",
         f"paged decode v2: fused v2 flat launch (batch 6; cascade off; {backend} kernels)",
     ]
 
@@ -298,3 +307,67 @@ def test_live_config_changes_apply_on_the_next_step(rng):
     config.update(min_shared_pages=6)           # same view, new thresholds: a fresh decision
     decode(case, config, metrics)
     assert metrics.last_outcome.kind == "flat" and "min_shared_pages 6" in metrics.last_outcome.reason
+
+
+# Sharing trees (see paged_cases.tree_tables), the groups and depth their plan has.
+FORESTS = {
+    "two groups": ([(6, [2, 1, 3]), (4, [1, 2])], 2, 1),
+    "three groups": ([(5, [1, 2]), (3, [2, 1, 1]), (4, [1, 1])], 3, 1),
+    "two deep": ([(6, [(3, [1, 2]), 1, 2])], 1, 2),
+    "three deep beside a group": ([(4, [(3, [(2, [1, 2]), 1]), 2]), (3, [1, 1])], 2, 3),
+    # The two rows' one-page node is below min_shared_pages: its page goes to
+    # the pair below it, whose span starts where the outer one ended.
+    "a nested node below the thresholds": ([(4, [(1, [(3, [1, 2]), 1]), 2])], 1, 2),
+}
+
+
+@pytest.mark.parametrize("forest", FORESTS)
+@pytest.mark.parametrize("group", [1, 4])
+def test_forest_cascade_equals_flat_and_reference(rng, forest, group):
+    # Several groups and nested spans in one launch, rows in random order,
+    # beside a row entering a shared page mid-page and a one-page row.
+    trees, groups, depth = FORESTS[forest]
+    case, _ = forest_batch(rng, trees, block_size=16, group=group)
+    metrics = OutcomeRecorder()
+    cascaded = decode(case, ON, metrics)
+    plan = metrics.last_outcome.plan
+    assert metrics.last_outcome.kind == "cascade"
+    assert (len(plan.levels[0]), plan.depth) == (groups, depth)
+    if forest == "a nested node below the thresholds":
+        assert plan.levels[1][0].start == plan.levels[0][0].end and plan.levels[1][0].pages == 4
+    np.testing.assert_allclose(np.array(cascaded), np.array(decode(case, OFF)), atol=CASCADE_ATOL, rtol=0)
+    np.testing.assert_allclose(np.array(cascaded), reference_decode(case.q, case.k_pool, case.v_pool, case.host,
+                                                                    case.scale), atol=ATOL, rtol=0)
+
+
+def counted_launches(monkeypatch):
+    """Wraps the backend's prepared partial and merge launches: what was prepared and how often each ran."""
+    counts = {"partial": 0, "merge": 0, "prepared": 0}
+
+    def counting(prepare, kind):
+        def prepared(*args):
+            launch = prepare(*args)
+            counts["prepared"] += 1
+            return lambda *a: counts.__setitem__(kind, counts[kind] + 1) or launch(*a)
+        return prepared
+    monkeypatch.setattr(kernels, "prepare_partial", counting(kernels.prepare_partial, "partial"))
+    monkeypatch.setattr(kernels, "prepare_merge", counting(kernels.prepare_merge, "merge"))
+    monkeypatch.setattr(kernels, "prepare_cascade", lambda *a: None)
+    return counts
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_launches_per_step_do_not_grow_with_the_groups(rng, monkeypatch, groups):
+    # Each group: 5 pages for 4 rows, 3 more for two of them (depth 2). One
+    # partial launch per depth, the private level, one merge: 4 launches a
+    # layer however many groups share the step.
+    trees = [(5, [(3, [1, 2]), 1, 2])] * groups
+    case, _ = forest_batch(rng, trees, block_size=16)
+    counts = counted_launches(monkeypatch)
+    plan = DecodePlanner().plan(case.csr, ON.snapshot(), shape_of(case))
+    assert len(plan.plan.spans) == 2 * groups and plan.plan.depth == 2
+    for _layer in range(3):
+        o = plan.attend(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
+    assert counts == {"prepared": 4, "partial": 3 * 3, "merge": 3}
+    np.testing.assert_allclose(np.array(o), reference_decode(case.q, case.k_pool, case.v_pool, case.host,
+                                                             case.scale), atol=ATOL, rtol=0)

@@ -13,7 +13,7 @@ from mlxcel.engine.cascade import CascadePlan, SharedSpan, explain_cascade, plan
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import host_csr
-from paged_cases import rng  # noqa: F401  (a fixture)
+from paged_cases import rng, tree_tables  # noqa: F401  (rng is a fixture)
 
 BS = 16
 
@@ -126,17 +126,6 @@ def test_ties_break_deterministically():
     # Equal saved reads and pages: members are the span whose first row comes first.
     plan = plan_cascade(view(tables), settings_())
     assert plan.members == [0, 2] and len(plan.spans) == 2
-
-
-def tree_tables(rng, tree, prefix=(), next_id=None):
-    """Block tables of a sharing tree: ``tree`` is (pages, [subtrees]) or an
-    int (a leaf row with that many private pages, at least 1)."""
-    next_id = next_id if next_id is not None else iter(rng.permutation(10_000).tolist())
-    if isinstance(tree, int):
-        return [list(prefix) + [next(next_id) for _ in range(tree)]]
-    pages, below = tree
-    own = list(prefix) + [next(next_id) for _ in range(pages)]
-    return [t for sub in below for t in tree_tables(rng, sub, own, next_id)]
 
 
 def test_nesting_three_deep_and_two_groups(rng):
