@@ -138,7 +138,7 @@ def gathered_mb(cell: Cell, config: CascadeConfig) -> float:
         views = [view]
     else:
         layout = cascade_layout(view, plan)
-        views = [layout.shared, layout.private_view(view)]
+        views = [level.view for level in layout.levels] + [layout.private_view(view)]
     page_bytes = cell.k_pool[0].nbytes
     return sum(2 * page_bytes * t.num_tiles * t.width for t in map(page_tiles, views)) / 1e6
 

@@ -279,7 +279,7 @@ class Cell:
         head-splitting warps and block warps fixed (sweeps; None: the
         heuristics)."""
         plan, layout, private = self.cascade_views
-        step = backend().KERNELS.prepare_cascade(self.shape, self.batch, layout.shared, private, plan.members,
+        step = backend().KERNELS.prepare_cascade(self.shape, self.batch, private, layout.kernel_levels,
                                                  level0_pages, level0_warps_m, level0_warps)
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
@@ -292,7 +292,8 @@ class Cell:
         launches them; the cascade merge is the rest of the step."""
         plan, layout, private = self.cascade_views
         kernels = backend().KERNELS
-        level0, level1 = kernels.cascade_levels(HQ, HKV, len(plan.members), layout.shared, private)
+        (level0,), level1 = kernels.cascade_levels(HQ, HKV, private, layout.kernel_levels)
+        shared = layout.levels[0]
 
         def level(csr: PagedCsrView, heads_and_tiles, member_list):
             heads, tiles = heads_and_tiles
@@ -302,7 +303,7 @@ class Cell:
                 return kernels.partial_tiles(self.query(i, dep), self.k_pools[s], self.v_pools[s], csr,
                                              tiles.geometry, heads, self.scale, member_list)[0]
             return call
-        return {"level0": level(layout.shared, level0, layout.members), "level1": level(private, level1, None)}
+        return {"level0": level(shared.view, level0, mx.array(shared.members)), "level1": level(private, level1, None)}
 
 
 def relative_error(got: mx.array, want) -> float:

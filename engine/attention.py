@@ -86,6 +86,11 @@ class CascadeLayout:
     merge_order: mx.array       # states of [private; level 0; level 1; ...] grouped per output row
     merge_indptr: np.ndarray    # [R+1]
 
+    @property
+    def kernel_levels(self) -> list[tuple[PagedCsrView, np.ndarray]]:
+        """The levels as kernels.prepare_cascade takes them."""
+        return [(level.view, level.members) for level in self.levels]
+
     def private_view(self, csr: PagedCsrView) -> PagedCsrView:
         """The private level for this step (each row's last-page fill from ``csr``)."""
         h = self.private_host
@@ -187,7 +192,7 @@ def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: Attentio
     members, whatever their number."""
     layout = cascade_layout(csr, plan)
     private = layout.private_view(csr)
-    fused = kernels.prepare_cascade(shape, csr.num_rows, private, [(lv.view, lv.members) for lv in layout.levels])
+    fused = kernels.prepare_cascade(shape, csr.num_rows, private, layout.kernel_levels)
     if fused is not None:
         return fused
     return ComposedCascade(layout,

@@ -28,9 +28,10 @@ of 16 states (one memory round trip for most groups), relative to the largest
 lse seen so far.
 
 Cascade merge kernel: the same fold for one cascade decode step, one warp per
-(row, head) over the row's level-1 states and, for members, every level-0
-tile's state at the member's stacked head; writes the output in q's dtype. With
-the stacked-q map of the partial kernel, a cascade step is three launches.
+(row, head) over the row's private states and, at each depth where the row
+is a member of a span, every tile's state of that span at the member's
+stacked head; writes the output in q's dtype. With the stacked-q map of the
+partial kernel, a cascade step of depth D is D + 2 launches.
 
 How MLX gets them: each kernel is a device function in one library (the
 header below plus the three bodies), written once to a file (the user's
@@ -249,9 +250,10 @@ PARTIAL_SOURCE = r"""
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
-  // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
-  // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
-  const int heads = STACKED ? members_shape[0] * group_size : group_size;
+  // Query heads of this KV head: G, or M * G when STACKED (a cascade level,
+  // a row per span, members [spans, M]: member m's head kv * G + g is stacked
+  // head kv * (M * G) + m * G + g; a narrower span's padding repeats a member).
+  const int heads = STACKED ? members_shape[1] * group_size : group_size;
   const int out_heads = kv_heads * heads;
   const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = blockIdx.x / groups;
@@ -282,7 +284,7 @@ PARTIAL_SOURCE = r"""
       const int head = head0 + g + 8 * (r & 1);
       const int real = min(head, heads - 1);
       const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
-      const int q_row = STACKED ? members[real / group_size] : row;
+      const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
       const float2 x = mlxcel::load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
       qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
@@ -537,35 +539,58 @@ MERGE_SOURCE = r"""
 
 CASCADE_MERGE_SOURCE = r"""
   constexpr int VEC = D / 32;                       // contiguous floats per lane
-  const int rows = indptr1_shape[0] - 1;
-  const int q_heads = o1_shape[1];
-  const int stacked = o0_shape[1];                  // Hkv * M * G
-  const int members = stacked / q_heads;
-  const int tiles0 = o0_shape[0];
+  const int rows = indptrp_shape[0] - 1;
+  const int q_heads = op_shape[1];
   const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (item >= size_t(rows) * q_heads) return;      // whole warps leave together
   const int row = item / q_heads, head = item % q_heads;
   // The common layouts need no lookup before the states' loads (one round
-  // trip fewer): every row a member, member m being row m (MEMBER_IS_ROW), and
-  // one level-1 state per row, state r being row r's (PRIVATE_ONE).
-  const int member = MEMBER_IS_ROW ? row : member_of_row[row];
-  const int begin = PRIVATE_ONE ? row : indptr1[row];
-  const int private_states = PRIVATE_ONE ? 1 : indptr1[row + 1] - begin;
-  const int states = private_states + (member >= 0 ? tiles0 : 0);
-  // The member's stacked level-0 head: kv * (M * G) + m * G + g.
-  const int head0 = (head / G) * (members * G) + max(member, 0) * G + head % G;
-  // A state's address by selection, not by branch: both are computed, so
-  // fold_states can have a batch's loads in flight at once.
+  // trip fewer): one span, every row a member, member m being row m
+  // (MEMBER_IS_ROW), and one private state per row, state r being row r's
+  // (PRIVATE_ONE).
+  const int begin = PRIVATE_ONE ? row : indptrp[row];
+  const int private_states = PRIVATE_ONE ? 1 : indptrp[row + 1] - begin;
+  // Depth d: the tiles of the row's span there (level_map: first tile, tiles,
+  // the member's slot; no tiles for a row in no span) at its stacked head
+  // kv * (M * G) + m * G + g, M the level's stacked width.
+  const float* level_o[4] = {o0, o1, o2, o3};
+  const float* level_lse[4] = {lse0, lse1, lse2, lse3};
+  const int level_heads[4] = {o0_shape[1], o1_shape[1], o2_shape[1], o3_shape[1]};
+  int first[DEPTHS], count[DEPTHS], head_at[DEPTHS];
+  int states = private_states;
+  #pragma unroll
+  for (int d = 0; d < DEPTHS; ++d) {
+    const int* entry = level_map + (size_t(row) * DEPTHS + d) * 3;
+    first[d] = MEMBER_IS_ROW ? 0 : entry[0];
+    count[d] = MEMBER_IS_ROW ? o0_shape[0] : entry[1];
+    const int slot = MEMBER_IS_ROW ? row : entry[2];
+    head_at[d] = (head / G) * (level_heads[d] / q_heads * G) + slot * G + head % G;
+    states += count[d];
+  }
+  // A state's address by selection, not by branch: every candidate is
+  // computed, so fold_states can have a batch's loads in flight at once.
   auto lse_of = [&](int i) -> const float* {
-    const float* own = lse1 + size_t(begin + i) * q_heads + head;
-    const float* shared = lse0 + size_t(i - private_states) * stacked + head0;
-    return i < private_states ? own : shared;
+    const float* at = lsep + size_t(begin + i) * q_heads + head;
+    int j = i - private_states;
+    #pragma unroll
+    for (int d = 0; d < DEPTHS; ++d) {
+      const float* level = level_lse[d] + size_t(first[d] + j) * level_heads[d] + head_at[d];
+      at = j >= 0 && j < count[d] ? level : at;
+      j -= count[d];
+    }
+    return at;
   };
   auto row_of = [&](int i) -> const float* {
-    const float* own = o1 + (size_t(begin + i) * q_heads + head) * D;
-    const float* shared = o0 + (size_t(i - private_states) * stacked + head0) * D;
-    return (i < private_states ? own : shared) + lane * VEC;
+    const float* at = op + (size_t(begin + i) * q_heads + head) * D;
+    int j = i - private_states;
+    #pragma unroll
+    for (int d = 0; d < DEPTHS; ++d) {
+      const float* level = level_o[d] + (size_t(first[d] + j) * level_heads[d] + head_at[d]) * D;
+      at = j >= 0 && j < count[d] ? level : at;
+      j -= count[d];
+    }
+    return at + lane * VEC;
   };
 
   float top, total, value[VEC];
@@ -588,10 +613,12 @@ MERGE_SIGNATURE = (
     " const S& v_in_shape, const TL* lse_in, const int32_t* indptr, const S& indptr_shape, float* out,"
     " float* out_lse)")
 CASCADE_MERGE_SIGNATURE = (
-    "template <typename TO, int D, int G, bool MEMBER_IS_ROW, bool PRIVATE_ONE, typename S>\n"
-    "__device__ __forceinline__ void cascade_merge(const float* o1, const S& o1_shape, const float* lse1,"
-    " const int32_t* indptr1, const S& indptr1_shape, const float* o0, const S& o0_shape, const float* lse0,"
-    " const int32_t* member_of_row, TO* out)")
+    "template <typename TO, int D, int G, int DEPTHS, bool MEMBER_IS_ROW, bool PRIVATE_ONE, typename S>\n"
+    "__device__ __forceinline__ void cascade_merge(const float* op, const S& op_shape, const float* lsep,"
+    " const int32_t* indptrp, const S& indptrp_shape, const float* o0, const S& o0_shape, const float* lse0,"
+    " const float* o1, const S& o1_shape, const float* lse1, const float* o2, const S& o2_shape,"
+    " const float* lse2, const float* o3, const S& o3_shape, const float* lse3, const int32_t* level_map,"
+    " TO* out)")
 LIBRARY = HEADER + "".join(
     f"namespace mlxcel {{\n{signature} {{\n{body}}}\n}}  // namespace mlxcel\n"
     for signature, body in ((PARTIAL_SIGNATURE, PARTIAL_SOURCE), (MERGE_SIGNATURE, MERGE_SOURCE),
@@ -600,8 +627,9 @@ LIBRARY = HEADER + "".join(
 PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, k_pool, "
                 "k_pool_shape, v_pool, indices, last_page_len, tiles, members, members_shape, out, out_lse);")
 MERGE_CALL = "mlxcel::merge<TV, TL, D>(v_in, v_in_shape, lse_in, indptr, indptr_shape, out, out_lse);"
-CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, MEMBER_IS_ROW, PRIVATE_ONE>(o1, o1_shape, lse1, indptr1, "
-                      "indptr1_shape, o0, o0_shape, lse0, member_of_row, out);")
+CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, DEPTHS, MEMBER_IS_ROW, PRIVATE_ONE>(op, op_shape, lsep, "
+                      "indptrp, indptrp_shape, o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, "
+                      "o3_shape, lse3, level_map, out);")
 
 
 def library_folders() -> list[Path]:

@@ -11,13 +11,15 @@ sizes the grid and launches, identically for both:
   log2 LSE per (tile, head);
 - the merge kernel: one warp per (group, head) folds contiguous states by
   log-sum-exp; it merges a row's tiles and serves ``merge_states``;
-- the cascade merge kernel: a whole cascade decode step's fold (every level-0
-  tile at the member's stacked head, the row's level-1 states) straight into
-  the output dtype. With the partial kernel reading level 0's queries through
-  the member list (no stacked copy), a cascade step is three launches where the
-  generic two-level path (stack, two partials, tile merge, unstack,
-  concatenate, reorder, merge, cast) is about fifteen: on MLX's CUDA backend
-  each costs several microseconds, more than the shared span's bytes.
+- the cascade merge kernel: a whole cascade decode step's fold (the row's
+  private states and, at each depth, every tile of the row's span at the
+  member's stacked head) straight into the output dtype. With the partial
+  kernel reading each level's queries through its member table (no stacked
+  copy; a row per span, so one launch serves every span of a depth), a
+  cascade step of depth D is D + 2 launches where the generic path (stack,
+  partials, tile merges, unstack, concatenate, reorder, merge, cast) is about
+  fifteen for one level: on MLX's CUDA backend each costs several
+  microseconds, more than a shared span's bytes.
 
 Pools the kernels do not take (float32, or a head dim that is not a multiple
 of 32 up to 128) go through the portable kernels, on the same device.
@@ -65,7 +67,10 @@ CASCADE_BREAK_EVEN_BYTES = 64 << 20
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
-CASCADE_MERGE_INPUTS = ["o1", "lse1", "indptr1", "o0", "lse0", "member_of_row"]
+# The cascade merge takes the private states and up to MAX_DEPTH levels' (unused ones: a placeholder).
+MAX_DEPTH = 4
+CASCADE_MERGE_INPUTS = ["op", "lsep", "indptrp", *(f"{name}{d}" for d in range(MAX_DEPTH) for name in ("o", "lse")),
+                        "level_map"]
 STATE_OUTPUTS = ["out", "out_lse"]
 
 # (name, input names, output names, source, header, dynamic shared bytes) -> kernel
@@ -109,29 +114,40 @@ class FusedPartial:
 
 
 @dataclass(frozen=True)
+class FusedLevel:
+    """One depth of a cascade: a stacked partial launch, a row per span."""
+
+    launch: Launch
+    view: PagedCsrView          # one row per span, every page full
+    geometry: mx.array
+    members: mx.array           # [spans, M] member rows (a narrower span's padding repeats its first)
+
+
+@dataclass(frozen=True)
 class FusedCascade:
-    """A cascade decode step's three launches over one layout, planned: called
-    with each step's (q, k_pool, v_pool, last_page_len), returns o in q's dtype."""
+    """A cascade decode step's launches over one layout, planned (one per
+    depth, the private level, the merge): called with each step's (q, k_pool,
+    v_pool, last_page_len), returns o in q's dtype."""
 
     kernels: "FusedKernels"
-    level0: Launch
-    level1: Launch
+    levels: tuple[FusedLevel, ...]
+    private: Launch
     merge: Launch
-    shared: PagedCsrView
     private_indices: mx.array
-    geometry0: mx.array
-    geometry1: mx.array
-    indptr1: mx.array
-    member_list: mx.array
-    member_of_row: mx.array
+    geometry_private: mx.array
+    indptr_private: mx.array
+    level_map: mx.array
 
     def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
         k = self.kernels
-        o0, lse0 = k.run_partial(self.level0, q, k_pool, v_pool, self.shared.indices, self.shared.last_page_len,
-                                 self.geometry0, self.member_list)
-        o1, lse1 = k.run_partial(self.level1, q, k_pool, v_pool, self.private_indices, last_page_len,
-                                 self.geometry1)
-        return self.merge([o1, lse1, self.indptr1, o0, lse0, self.member_of_row], k.poison)[0]
+        states = []
+        for level in self.levels:
+            states += k.run_partial(level.launch, q, k_pool, v_pool, level.view.indices, level.view.last_page_len,
+                                    level.geometry, level.members)
+        op, lsep = k.run_partial(self.private, q, k_pool, v_pool, self.private_indices, last_page_len,
+                                 self.geometry_private)
+        states += [k.no_level] * (2 * (MAX_DEPTH - len(self.levels)))
+        return self.merge([op, lsep, self.indptr_private, *states, self.level_map], k.poison)[0]
 
 
 @dataclass(frozen=True)
@@ -256,7 +272,12 @@ class FusedKernels:
     @cached_property
     def _no_members(self) -> mx.array:
         """The members input of an unstacked launch (read by no thread)."""
-        return mx.zeros((1,), mx.int32)
+        return mx.zeros((1, 1), mx.int32)
+
+    @cached_property
+    def no_level(self) -> mx.array:
+        """The cascade merge's input for a depth the plan does not have (read by no thread)."""
+        return mx.zeros((1, 1), mx.float32)
 
     def merge_groups(self, v_in: mx.array, lse_in: mx.array, indptr: mx.array) -> tuple[mx.array, mx.array]:
         """One launch: v [M, H, D], lse [M, H] from contiguous groups of states."""
@@ -320,58 +341,70 @@ class FusedKernels:
         return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
                 f"break-even of {self.cascade_break_even_bytes / 2**20:.0f} MiB")
 
-    def cascade_levels(self, q_heads: int, kv_heads: int, members: int, shared: PagedCsrView,
-                       private: PagedCsrView, level0_pages: int | None = None,
-                       level0_warps_m: int | None = None,
-                       level0_warps: int | None = None) -> tuple[tuple[HeadLayout, TilePlan], ...]:
-        """(head layout, tiles) of level 0 (every member's heads stacked) and of
-        level 1, as cascade_decode launches them."""
+    def cascade_levels(self, q_heads: int, kv_heads: int, private: PagedCsrView, levels,
+                       level0_pages: int | None = None, level0_warps_m: int | None = None,
+                       level0_warps: int | None = None) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
+                                                                 tuple[HeadLayout, TilePlan]]:
+        """(head layout, tiles) of each depth (every member's heads stacked,
+        ``levels`` as prepare_cascade takes them) and of the private level.
+        ``level0_pages`` fixes the stacked levels' tile width,
+        ``level0_warps_m`` caps their head-splitting warps and
+        ``level0_warps`` sets their blocks' warps (benchmark sweeps)."""
         group = q_heads // kv_heads
         warps = level0_warps or self.platform.warps
-        stacked = head_layout(members * group, warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
-        flat = head_layout(group, self.platform.warps)
         target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
-        return ((stacked, fused_tiles(shared, level0_pages, stacked, kv_heads, target)),
-                (flat, fused_tiles(private, None, flat, kv_heads)))
+        stacked = []
+        for view, members in levels:
+            layout = head_layout(np.shape(members)[1] * group, warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
+            stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
+        flat = head_layout(group, self.platform.warps)
+        return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads))
 
-    def prepare_cascade(self, shape: AttentionShape, rows: int, shared: PagedCsrView, private: PagedCsrView,
-                        members, level0_pages: int | None = None, level0_warps_m: int | None = None,
+    def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
+                        level0_pages: int | None = None, level0_warps_m: int | None = None,
                         level0_warps: int | None = None) -> FusedCascade:
-        """One cascade decode step's three launches, planned once per layout.
+        """One cascade decode step's launches, planned once per layout.
 
-        ``shared`` is level 0 (one row over the span every member shares, all
-        pages full), ``private`` level 1 (every row's range minus the members'
-        span), ``members`` the member rows (host ints). ``level0_pages`` fixes
-        level 0's tile width, ``level0_warps_m`` caps its head-splitting
-        warps and ``level0_warps`` sets its block's warps (benchmark sweeps)."""
-        member_rows = tuple(int(m) for m in members)
+        ``private``: every row's range after its last span; ``levels``: per
+        depth, (a view with one row per span, all pages full; [spans, M]
+        int32 member rows, -1 past a span's own members). The sweep options
+        are cascade_levels'."""
+        if not 1 <= len(levels) <= MAX_DEPTH:
+            raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
         hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
-        member_of_row = np.full(rows, -1, np.int32)
-        member_of_row[list(member_rows)] = np.arange(len(member_rows), dtype=np.int32)
-        (stacked, plan0), (flat, plan1) = self.cascade_levels(hq, hkv, len(member_rows), shared, private,
-                                                              level0_pages, level0_warps_m, level0_warps)
+        stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels, level0_pages,
+                                                            level0_warps_m, level0_warps)
+        level_map = np.zeros((rows, len(levels), 3), np.int32)
+        fused_levels = []
+        for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):
+            members = np.asarray(members, np.int32)
+            for (span, slot), row in np.ndenumerate(members):
+                if row >= 0:
+                    first = plan.row_indptr[span]
+                    level_map[row, depth] = (first, plan.row_indptr[span + 1] - first, slot)
+            table = np.where(members >= 0, members, members[:, :1])
+            fused_levels.append(FusedLevel(self.partial_launch(shape, plan.num_tiles, layout, stacked=True), view,
+                                           plan.geometry, mx.array(table)))
+        first_level = np.asarray(levels[0][1])
+        member_is_row = len(levels) == 1 and first_level.shape[0] == 1 and (first_level[0] == np.arange(rows)).all()
         lanes = rows * hq * 32
         merge = Launch(self._kernel("cascade_merge", d), dict(
-            template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv),
-                      ("MEMBER_IS_ROW", bool((member_of_row == np.arange(rows)).all())),
-                      ("PRIVATE_ONE", plan1.one_per_row)],
+            template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv), ("DEPTHS", len(levels)),
+                      ("MEMBER_IS_ROW", bool(member_is_row)), ("PRIVATE_ONE", plan_private.one_per_row)],
             grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
             threadgroup=(MERGE_THREADS, 1, 1),
             output_shapes=[(rows, hq, d)],
             output_dtypes=[shape.q_dtype],
         ))
         return FusedCascade(
-            kernels=self,
-            level0=self.partial_launch(shape, plan0.num_tiles, stacked, stacked=True),
-            level1=self.partial_launch(shape, plan1.num_tiles, flat, stacked=False),
-            merge=merge, shared=shared, private_indices=private.indices,
-            geometry0=plan0.geometry, geometry1=plan1.geometry, indptr1=plan1.row_indptr_device,
-            member_list=mx.array(np.asarray(member_rows, np.int32)), member_of_row=mx.array(member_of_row))
+            kernels=self, levels=tuple(fused_levels),
+            private=self.partial_launch(shape, plan_private.num_tiles, flat, stacked=False),
+            merge=merge, private_indices=private.indices, geometry_private=plan_private.geometry,
+            indptr_private=plan_private.row_indptr_device, level_map=mx.array(level_map))
 
-    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, shared: PagedCsrView,
-                       private: PagedCsrView, members, *, scale: float, **level0) -> mx.array:
-        """One cascade decode step in three launches: o [R, Hq, D] in q's dtype
-        (prepare_cascade, then the call; ``level0`` takes its sweep options)."""
-        step = self.prepare_cascade(AttentionShape.of(q, k_pool, scale), q.shape[0], shared, private, members,
-                                    **level0)
+    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, private: PagedCsrView, levels,
+                       *, scale: float, **level0) -> mx.array:
+        """One cascade decode step: o [R, Hq, D] in q's dtype (prepare_cascade,
+        then the call; ``level0`` takes its sweep options)."""
+        step = self.prepare_cascade(AttentionShape.of(q, k_pool, scale), q.shape[0], private, levels, **level0)
         return step(q, k_pool, v_pool, private.last_page_len)

@@ -72,9 +72,10 @@ PARTIAL_SOURCE = r"""
   const int kv_heads = k_pool_shape[2];
   const int q_heads = q_shape[1];
   const int group_size = q_heads / kv_heads;        // G: the model's query heads per KV head
-  // Query heads of this KV head: G, or M * G when STACKED (cascade level 0:
-  // member m's head kv * G + g is stacked head kv * (M * G) + m * G + g).
-  const int heads = STACKED ? members_shape[0] * group_size : group_size;
+  // Query heads of this KV head: G, or M * G when STACKED (a cascade level,
+  // a row per span, members [spans, M]: member m's head kv * G + g is stacked
+  // head kv * (M * G) + m * G + g; a narrower span's padding repeats a member).
+  const int heads = STACKED ? members_shape[1] * group_size : group_size;
   const int out_heads = kv_heads * heads;
   const int groups = ((heads + 15) / 16 + WM - 1) / WM;
   const int tile = threadgroup_position_in_grid.x / groups;
@@ -103,7 +104,7 @@ PARTIAL_SOURCE = r"""
       // Every lane loads (a real head's address), rows past the heads become zeros.
       const int head = head0 + mi * 8 + fm;
       const int real = metal::min(head, heads - 1);
-      const int q_row = STACKED ? members[real / group_size] : row;
+      const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
       for (int e = 0; e < 2; ++e) {
         const int d = kk * 8 + fn + e;
@@ -332,29 +333,44 @@ MERGE_SOURCE = r"""
 CASCADE_MERGE_SOURCE = r"""
   constexpr int VEC = D / 32;                       // contiguous floats per lane
   const float neg_inf = -INFINITY;
-  const int rows = indptr1_shape[0] - 1;
-  const int q_heads = o1_shape[1];
-  const int stacked = o0_shape[1];                  // Hkv * M * G
-  const int members = stacked / q_heads;
-  const int tiles0 = o0_shape[0];
+  const int rows = indptrp_shape[0] - 1;
+  const int q_heads = op_shape[1];
   const size_t item = thread_position_in_grid.x / 32;
   const int lane = thread_index_in_simdgroup;
   if (item >= size_t(rows) * q_heads) return;      // whole simdgroups leave together
   const int row = item / q_heads, head = item % q_heads;
-  // The common layouts need no lookup first: every row a member, member m
-  // being row m (MEMBER_IS_ROW), and one level-1 state per row (PRIVATE_ONE).
-  const int member = MEMBER_IS_ROW ? row : member_of_row[row];
-  const int begin = PRIVATE_ONE ? row : indptr1[row];
-  const int private_states = PRIVATE_ONE ? 1 : indptr1[row + 1] - begin;
-  const int states = private_states + (member >= 0 ? tiles0 : 0);
-  // The member's stacked level-0 head: kv * (M * G) + m * G + g.
-  const int head0 = (head / G) * (members * G) + metal::max(member, 0) * G + head % G;
-  // (Metal has no lambdas: the two sources of a state are spelled out twice.)
+  // The common layouts need no lookup first: one span, every row a member,
+  // member m being row m (MEMBER_IS_ROW), and one private state per row
+  // (PRIVATE_ONE).
+  const int begin = PRIVATE_ONE ? row : indptrp[row];
+  const int private_states = PRIVATE_ONE ? 1 : indptrp[row + 1] - begin;
+  // Depth d: the tiles of the row's span there (level_map: first tile, tiles,
+  // the member's slot) at its stacked head kv * (M * G) + m * G + g.
+  const device float* level_o[4] = {o0, o1, o2, o3};
+  const device float* level_lse[4] = {lse0, lse1, lse2, lse3};
+  const int level_heads[4] = {int(o0_shape[1]), int(o1_shape[1]), int(o2_shape[1]), int(o3_shape[1])};
+  int first[DEPTHS], count[DEPTHS], head_at[DEPTHS];
+  int states = private_states;
+  for (int d = 0; d < DEPTHS; ++d) {
+    const device int* entry = level_map + (size_t(row) * DEPTHS + d) * 3;
+    first[d] = MEMBER_IS_ROW ? 0 : entry[0];
+    count[d] = MEMBER_IS_ROW ? int(o0_shape[0]) : entry[1];
+    const int slot = MEMBER_IS_ROW ? row : entry[2];
+    head_at[d] = (head / G) * (level_heads[d] / q_heads * G) + slot * G + head % G;
+    states += count[d];
+  }
+  // (Metal has no lambdas: where state i lies, -1 private or its depth, is
+  // spelled out in both passes.)
 
   float top = neg_inf;
   for (int i = lane; i < states; i += 32) {
-    top = metal::max(top, i < private_states ? lse1[size_t(begin + i) * q_heads + head]
-                                             : lse0[size_t(i - private_states) * stacked + head0]);
+    int where = -1, at = begin + i, j = i - private_states;
+    for (int d = 0; d < DEPTHS; ++d) {
+      if (j >= 0 && j < count[d]) { where = d; at = first[d] + j; }
+      j -= count[d];
+    }
+    top = metal::max(top, where < 0 ? lsep[size_t(at) * q_heads + head]
+                                    : level_lse[where][size_t(at) * level_heads[where] + head_at[where]]);
   }
   for (ushort mask = 16; mask > 0; mask /= 2) top = mlxcel::lane_max(top, mask);
 
@@ -362,12 +378,16 @@ CASCADE_MERGE_SOURCE = r"""
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
   if (top != neg_inf) {
     for (int i = 0; i < states; ++i) {
-      const float lse = i < private_states ? lse1[size_t(begin + i) * q_heads + head]
-                                           : lse0[size_t(i - private_states) * stacked + head0];
+      int where = -1, at = begin + i, j = i - private_states;
+      for (int d = 0; d < DEPTHS; ++d) {
+        if (j >= 0 && j < count[d]) { where = d; at = first[d] + j; }
+        j -= count[d];
+      }
+      const size_t state = where < 0 ? size_t(at) * q_heads + head
+                                     : size_t(at) * level_heads[where] + head_at[where];
+      const float lse = where < 0 ? lsep[state] : level_lse[where][state];
       const float weight = metal::exp2(lse - top);
-      const device float* src = (i < private_states ? o1 + (size_t(begin + i) * q_heads + head) * D
-                                                    : o0 + (size_t(i - private_states) * stacked + head0) * D)
-                                + lane * VEC;
+      const device float* src = (where < 0 ? op : level_o[where]) + state * D + lane * VEC;
       total += weight;
       for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * src[k] : 0.f;
     }

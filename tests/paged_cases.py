@@ -150,3 +150,15 @@ def forest_batch(rng: np.random.Generator, trees, *, block_size: int, kv_heads: 
                      head_dim=head_dim, first_page_offset=pick(offsets), dtype=dtype, q_dtype=q_dtype,
                      num_blocks=4096)
     return case, order
+
+
+# Sharing trees (see paged_cases.tree_tables), the groups and depth their plan has.
+FORESTS = {
+    "two groups": ([(6, [2, 1, 3]), (4, [1, 2])], 2, 1),
+    "three groups": ([(5, [1, 2]), (3, [2, 1, 1]), (4, [1, 1])], 3, 1),
+    "two deep": ([(6, [(3, [1, 2]), 1, 2])], 1, 2),
+    "three deep beside a group": ([(4, [(3, [(2, [1, 2]), 1]), 2]), (3, [1, 1])], 2, 3),
+    # The two rows' one-page node is below min_shared_pages: its page goes to
+    # the pair below it, whose span starts where the outer one ended.
+    "a nested node below the thresholds": ([(4, [(1, [(3, [1, 2]), 1]), 2])], 1, 2),
+}

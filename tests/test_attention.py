@@ -18,7 +18,7 @@ from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
 from mlxcel.kernels import AttentionShape, CsrBuilder
 from mlxcel.kernels.reference import reference_decode, reference_prefill
-from paged_cases import (ATOL, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,  # noqa: F401
+from paged_cases import (ATOL, FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,  # noqa: F401
                          mixed_batch, rng)  # rng is a fixture
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
@@ -307,18 +307,6 @@ def test_live_config_changes_apply_on_the_next_step(rng):
     config.update(min_shared_pages=6)           # same view, new thresholds: a fresh decision
     decode(case, config, metrics)
     assert metrics.last_outcome.kind == "flat" and "min_shared_pages 6" in metrics.last_outcome.reason
-
-
-# Sharing trees (see paged_cases.tree_tables), the groups and depth their plan has.
-FORESTS = {
-    "two groups": ([(6, [2, 1, 3]), (4, [1, 2])], 2, 1),
-    "three groups": ([(5, [1, 2]), (3, [2, 1, 1]), (4, [1, 1])], 3, 1),
-    "two deep": ([(6, [(3, [1, 2]), 1, 2])], 1, 2),
-    "three deep beside a group": ([(4, [(3, [(2, [1, 2]), 1]), 2]), (3, [1, 1])], 2, 3),
-    # The two rows' one-page node is below min_shared_pages: its page goes to
-    # the pair below it, whose span starts where the outer one ended.
-    "a nested node below the thresholds": ([(4, [(1, [(3, [1, 2]), 1]), 2])], 1, 2),
-}
 
 
 @pytest.mark.parametrize("forest", FORESTS)

@@ -31,8 +31,8 @@ from mlxcel.engine.decode_plan import paged_decode_attention
 from mlxcel.kernels import AttentionShape, PagedCsrView, cuda, fused
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode, reference_merge, reference_partial
-from paged_cases import (OutcomeRecorder, fresh_blocks, make_case, mixed_batch, random_pools,  # noqa: F401
-                         random_query, rng)
+from paged_cases import (FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, make_case, mixed_batch,  # noqa: F401
+                         random_pools, random_query, rng)
 
 pytestmark = pytest.mark.skipif(not mx.cuda.is_available(),
                                 reason="the fused CUDA kernels need a CUDA device (CI has none; "
@@ -194,8 +194,8 @@ def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, 
     plan = plan_cascade(case.csr, ON)
     assert len(plan.members) == members
     layout = attention.cascade_layout(case.csr, plan)
-    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, layout.private_view(case.csr),
-                            plan.members, scale=case.scale)
+    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.private_view(case.csr), layout.kernel_levels,
+                            scale=case.scale)
     assert o.dtype == dtype and o.shape == case.q.shape
     o = np.array(o.astype(mx.float32))
     assert not np.isnan(o).any(), "an output element was never written"
@@ -213,10 +213,10 @@ def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, 
     plan = plan_cascade(case.csr, ON)
     layout = attention.cascade_layout(case.csr, plan)
     private = layout.private_view(case.csr)
-    _, (_, level1) = cuda.KERNELS.cascade_levels(32, 8, len(plan.members), layout.shared, private)
+    _, (_, level1) = cuda.KERNELS.cascade_levels(32, 8, private, layout.kernel_levels)
     assert (list(plan.members) == list(range(case.csr.num_rows))) == (not outsider)
     assert level1.one_per_row == (tail_pages == 3)
-    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.shared, private, plan.members, scale=case.scale)
+    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, private, layout.kernel_levels, scale=case.scale)
     o = np.array(o.astype(mx.float32))
     assert not np.isnan(o).any(), "an output element was never written"
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
@@ -259,16 +259,16 @@ def test_member_major_stacking_gives_a_wrong_answer_on_the_fused_kernels(rng):
     # The negative control of test_attention.py, on the tensor-core kernels.
     case = shared_prefix_case(rng, mx.bfloat16)
     plan = plan_cascade(case.csr, ON)
-    layout = attention.cascade_layout(case.csr, plan)
-    q_members, members = case.q[layout.members], len(plan.members)
+    level = attention.cascade_layout(case.csr, plan).levels[0]
+    q_members, members = case.q[level.stacked_rows], len(plan.members)
     hq, d, hkv = case.q.shape[1], case.q.shape[2], case.num_kv_heads
     # Each member alone over the shared span: what level 0 must give once unstacked.
-    shared_rows = host_csr([layout.shared.host.pages(0).tolist()] * members,
+    shared_rows = host_csr([level.view.host.pages(0).tolist()] * members,
                            [plan.shared_pages * case.host.block_size] * members, case.host.block_size)
     want = reference_partial(q_members, case.k_pool, case.v_pool, shared_rows, case.scale)[0]
 
     def level0(stacked, unstack):
-        o, lse = cuda.paged_attention_partial(stacked, case.k_pool, case.v_pool, layout.shared, scale=case.scale)
+        o, lse = cuda.paged_attention_partial(stacked, case.k_pool, case.v_pool, level.view, scale=case.scale)
         return np.array(unstack(o, lse)[0])
 
     right = level0(stack_member_heads(q_members, hkv), lambda o, lse: unstack_member_heads(o, lse, members, hkv))
@@ -287,3 +287,38 @@ def test_plans_under_the_break_even_run_flat(rng, monkeypatch):
     assert metrics.last_outcome.kind == "flat" and "break-even" in metrics.last_outcome.reason
     ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
     assert relative_error(np.array(o.astype(mx.float32)), ref) <= REL_TOL[mx.bfloat16]
+
+
+@pytest.mark.parametrize("forest", FORESTS)
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_forest_cascade_on_the_fused_kernels(rng, record_property, dtype, forest):
+    # Several groups (spans of different widths at one depth: the narrower
+    # pad), nesting up to three deep, rows shuffled, a mid-page and a one-page
+    # row beside them: one stacked launch per depth, the private level, the merge.
+    trees, groups, depth = FORESTS[forest]
+    case, _ = forest_batch(rng, trees, block_size=16, kv_heads=8, group=4, head_dim=128, dtype=dtype, q_dtype=dtype)
+    metrics = OutcomeRecorder()
+    o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
+                               metrics=metrics)
+    plan = metrics.last_outcome.plan
+    assert metrics.last_outcome.kind == "cascade" and (len(plan.levels[0]), plan.depth) == (groups, depth)
+    o = np.array(o.astype(mx.float32))
+    assert not np.isnan(o).any(), "an output element was never written"
+    error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[dtype]
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_fused_launches_per_step_do_not_grow_with_the_groups(rng, monkeypatch, groups):
+    # Depth 2 in every group: two stacked launches, the private one, the merge.
+    case, _ = forest_batch(rng, [(5, [(3, [1, 2]), 1, 2])] * groups, block_size=16, kv_heads=8, group=4,
+                           head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
+    launched = []
+    real = fused.Launch.__call__
+    monkeypatch.setattr(fused.Launch, "__call__", lambda self, *a: launched.append(1) or real(self, *a))
+    o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON)
+    assert len(launched) == 4
+    error = relative_error(np.array(o.astype(mx.float32)),
+                           reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    assert error <= REL_TOL[mx.bfloat16]

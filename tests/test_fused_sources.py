@@ -96,14 +96,19 @@ def test_merge_kernel_compiles(tmp_path, dtype, head_dim):
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
+def cascade_merge_unit(header: str, out: str, head_dim: int, group: int, depths: int, member_is_row: bool,
+                       private_one: bool) -> str:
+    inputs = [(name, "int32" if name in ("indptrp", "level_map") else "float32") for name in fused.CASCADE_MERGE_INPUTS]
+    return translation_unit("cascade_merge", header, cuda.CASCADE_MERGE_CALL, inputs, [("out", out)],
+                            [("TO", out), ("D", head_dim), ("G", group), ("DEPTHS", depths),
+                             ("MEMBER_IS_ROW", member_is_row), ("PRIVATE_ONE", private_one)])
+
+
 @needs_nvcc
-@pytest.mark.parametrize("member_is_row, private_one", [(True, True), (False, False)])
-def test_cascade_merge_kernel_compiles(tmp_path, member_is_row, private_one):
-    unit = translation_unit("cascade_merge", cuda.LIBRARY, cuda.CASCADE_MERGE_CALL,
-                            [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
-                             ("lse0", "float32"), ("member_of_row", "int32")],
-                            [("out", "bfloat16")], [("TO", "bfloat16"), ("D", 128), ("G", 4),
-                                                    ("MEMBER_IS_ROW", member_is_row), ("PRIVATE_ONE", private_one)])
+@pytest.mark.parametrize("depths, member_is_row, private_one", [(1, True, True), (1, False, False), (3, False, True),
+                                                                (fused.MAX_DEPTH, False, False)])
+def test_cascade_merge_kernel_compiles(tmp_path, depths, member_is_row, private_one):
+    unit = cascade_merge_unit(cuda.LIBRARY, "bfloat16", 128, 4, depths, member_is_row, private_one)
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
@@ -135,11 +140,7 @@ def test_the_library_file_falls_back_to_the_temp_directory(monkeypatch, tmp_path
 @needs_nvcc
 def test_the_include_form_compiles(tmp_path):
     header = f'#include "{cuda.library_file(fused.compact_source(cuda.LIBRARY))}"\n'
-    unit = translation_unit("cascade_merge", header, cuda.CASCADE_MERGE_CALL,
-                            [("o1", "float32"), ("lse1", "float32"), ("indptr1", "int32"), ("o0", "float32"),
-                             ("lse0", "float32"), ("member_of_row", "int32")],
-                            [("out", "float16")], [("TO", "float16"), ("D", 64), ("G", 8),
-                                                   ("MEMBER_IS_ROW", False), ("PRIVATE_ONE", True)])
+    unit = cascade_merge_unit(header, "float16", 64, 8, 2, False, True)
     assert resources(compile_unit(unit, tmp_path))[1] == 0
 
 
@@ -161,22 +162,23 @@ def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     monkeypatch.setattr(kernels, "partial_launch", lambda *args, **kw: planned.append(1) or partial_launch(*args, **kw))
     case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
     plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    assert plan.depth == 2                                  # two stacked levels, the private one, the merge
     layout = attention.cascade_layout(case.csr, plan)
     private = layout.private_view(case.csr)
+    levels = layout.kernel_levels
     shape = AttentionShape.of(case.q, case.k_pool, 0.1)
-    step = kernels.prepare_cascade(shape, case.csr.num_rows, layout.shared, private, plan.members)
-    assert len(planned) == 2 and launched == []
+    step = kernels.prepare_cascade(shape, case.csr.num_rows, private, levels)
+    assert len(planned) == 3 and launched == []
     for _ in range(2):
         assert step(case.q, case.k_pool, case.v_pool, case.csr.last_page_len).shape == case.q.shape
-    assert len(planned) == 2 and len(launched) == 6 and launched[3:] == launched[:3]   # nothing planned again
-    other = kernels.prepare_cascade(AttentionShape.of(case.q, case.k_pool, 0.2), case.csr.num_rows,
-                                    layout.shared, private, plan.members)
+    assert len(planned) == 3 and len(launched) == 8 and launched[4:] == launched[:4]   # nothing planned again
+    other = kernels.prepare_cascade(AttentionShape.of(case.q, case.k_pool, 0.2), case.csr.num_rows, private, levels)
     other(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
-    assert len(planned) == 4 and launched[6] != launched[0]                 # another scale: its own constants
+    assert len(planned) == 6 and launched[8] != launched[0]                 # another scale: its own constants
     flat = kernels.prepare_partial(case.csr, shape)
     for _ in range(2):
         flat(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
-    assert len(planned) == 5
+    assert len(planned) == 7
 
 
 def sections(source: str) -> list[str]:
