@@ -170,15 +170,33 @@ def page_forest(host: HostCsr) -> tuple[list[Node], tuple[int, ...]]:
 SpanFilter = Callable[[int, int], bool]
 
 
-def select_spans(node: Node, start: int, min_shared_pages: int, min_members: int,
-                 pays: SpanFilter | None, kept: list[SharedSpan]) -> None:
-    """Spans of ``node`` and below, its rows' previous span ending at ``start``."""
-    pages, members = node.end - start, len(node.rows)
-    if pages >= min_shared_pages and members >= min_members and (pays is None or pays(pages, members)):
+def select_spans(node: Node, start: int, depth: int, rules: "SpanRules", kept: list[SharedSpan]) -> None:
+    """Spans of ``node`` and below, its rows' ``depth`` spans so far ending at ``start``."""
+    if depth < rules.max_depth and rules.keeps(node.end - start, len(node.rows)):
         kept.append(SharedSpan(node.rows, start, node.end))
-        start = node.end
+        start, depth = node.end, depth + 1
     for child in node.children:
-        select_spans(child, start, min_shared_pages, min_members, pays, kept)
+        select_spans(child, start, depth, rules, kept)
+
+
+@dataclass(frozen=True)
+class SpanRules:
+    min_shared_pages: int
+    min_members: int
+    pays: SpanFilter | None = None
+    max_depth: int = 1 << 30
+
+    def keeps(self, pages: int, members: int) -> bool:
+        return (pages >= self.min_shared_pages and members >= self.min_members
+                and (self.pays is None or self.pays(pages, members)))
+
+
+def one_level(roots: list[Node], rules: SpanRules) -> list[SharedSpan]:
+    """The one span from page 0 that removes the most page reads (the seed's
+    planner: one subgroup, one level); ties go to the longer span, then to the
+    subgroup whose first row comes first."""
+    spans = [SharedSpan(n.rows, 0, n.end) for root in roots for n in root.walk() if rules.keeps(n.end, len(n.rows))]
+    return [best_span(spans)] if spans else []
 
 
 def describe(plan: CascadePlan, block_size: int) -> str:
@@ -190,14 +208,18 @@ def describe(plan: CascadePlan, block_size: int) -> str:
     return f"{len(plan.spans)} spans in {groups} groups, {plan.depth} deep; most saved: {text}"
 
 
-def decide(host: HostCsr, min_shared_pages: int, min_members: int,
-           pays: SpanFilter | None = None) -> CascadeDecision:
-    """Every span passing both thresholds (and ``pays``), or the rule that declined."""
+def decide(host: HostCsr, min_shared_pages: int, min_members: int, pays: SpanFilter | None = None,
+           max_depth: int | None = None, nested: bool = True) -> CascadeDecision:
+    """Every span passing both thresholds (and ``pays``, at most ``max_depth``
+    deep), or, not ``nested``, the one best span; or the rule that declined."""
     roots, dropped = page_forest(host)
     note = f"; rows entering mid-page dropped: {', '.join(map(str, dropped))}" if dropped else ""
+    rules = SpanRules(min_shared_pages, min_members, pays, max_depth or SpanRules.max_depth)
     kept: list[SharedSpan] = []
-    for root in roots:
-        select_spans(root, 0, min_shared_pages, min_members, pays, kept)
+    if not nested:
+        kept = one_level(roots, rules)
+    for root in roots if nested else ():
+        select_spans(root, 0, 0, rules, kept)
     if kept:
         plan = CascadePlan.of(kept)
         return CascadeDecision(plan, describe(plan, host.block_size) + note, dropped)
@@ -215,9 +237,10 @@ def decide(host: HostCsr, min_shared_pages: int, min_members: int,
                            dropped)
 
 
-def explain_cascade(csr: PagedCsrView, config: PlannerSettings, pays: SpanFilter | None = None) -> CascadeDecision:
+def explain_cascade(csr: PagedCsrView, config: PlannerSettings, pays: SpanFilter | None = None,
+                    max_depth: int | None = None, nested: bool = True) -> CascadeDecision:
     """The decision for this view (a decode step plans once, before its first layer)."""
-    return decide(csr.host, config.min_shared_pages, config.min_members, pays)
+    return decide(csr.host, config.min_shared_pages, config.min_members, pays, max_depth, nested)
 
 
 def plan_cascade(csr: PagedCsrView, config: PlannerSettings) -> CascadePlan | None:

@@ -16,6 +16,7 @@ step: nothing here imports the metrics or the engine.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -25,6 +26,7 @@ from mlxcel import kernels
 from mlxcel.kernels import AttentionShape, PagedCsrView
 from mlxcel.kernels.shape import check_inputs
 
+from . import cost_model
 from .attention import paged_prefill_attention, prepare_cascade_launch, prepare_flat_launch
 from .cascade import CascadePlan, explain_cascade
 from .config import CascadeConfig, CascadeSettings
@@ -50,6 +52,7 @@ class DecodeOutcome:
     shared_tokens: int          # KV tokens of every span (each read once), 0 without a plan
     reason: str                 # "cascade off", the planner's reason, or the failure
     kv_bytes_saved: int = 0     # per layer: KV bytes the flat launch reads and this one did not
+    predicted_saving_s: float | None = None  # per layer, by the device's cost model (None: not calibrated)
 
     @property
     def path(self) -> str:
@@ -73,14 +76,58 @@ class OutcomeRecorder(Protocol):
 
 def kv_bytes_saved(plan: CascadePlan, shape: AttentionShape) -> int:
     """Per layer: each span's pages are read once instead of once per member."""
-    page_bytes = shape.block_size * shape.kv_heads * shape.head_dim * 2 * shape.pool_dtype.size
-    return sum(span.saved_reads for span in plan.spans) * page_bytes
+    return sum(span.saved_reads for span in plan.spans) * cost_model.page_bytes(shape)
+
+
+# MLXCEL_CASCADE_SPANS=one plans the seed's one subgroup and one level
+# (benchmarks' one-level arm); anything else, unset included, the whole forest.
+SPANS_ENV = "MLXCEL_CASCADE_SPANS"
+
+
+def nested_from_env() -> bool:
+    return os.environ.get(SPANS_ENV, "").strip().lower() != "one"
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    plan: CascadePlan | None
+    reason: str
+    predicted_saving_s: float | None
+
+
+def decide_step(csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape, nested: bool) -> StepDecision:
+    """The planner's spans and, where a fused backend runs the cascade, its
+    cost model's verdict: a span is kept when it saves time by itself, the
+    plan when its spans pay for its extra launches (else the one-level plan,
+    if that pays). The portable kernels take every span; their model, when
+    calibrated, only predicts."""
+    max_depth = kernels.cascade_max_depth(shape)
+    fused = max_depth is not None
+    model = cost_model.current(measure=fused)
+    judged = fused and model is not None
+    pays = (lambda pages, members: model.span_saving(shape, pages, members) > 0) if judged else None
+    decision = explain_cascade(csr, settings, pays, max_depth, nested)
+    plan, reason = decision.plan, decision.reason
+    if plan is None or model is None:
+        return StepDecision(plan, reason, None)
+    saving = model.plan_saving(shape, plan)
+    if judged and saving <= 0 and plan.depth > 1:
+        one = explain_cascade(csr, settings, pays, max_depth, nested=False).plan
+        one_saving = model.plan_saving(shape, one)
+        if one_saving > 0:
+            return StepDecision(one, f"{reason}; nested spans do not pay their launches, one level does "
+                                     f"(predicted {one_saving * 1e6:.1f} us per layer)", one_saving)
+    if judged and saving <= 0:
+        return StepDecision(None, f"predicted saving {saving * 1e6:.1f} us per layer <= 0 ({reason}; "
+                                  f"{model.describe()})", saving)
+    return StepDecision(plan, f"{reason}; predicted saving {saving * 1e6:.1f} us per layer", saving)
 
 
 class DecodePlan:
     """A decode step's attention for one page layout and one reading of the settings."""
 
-    def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> None:
+    def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape,
+                 nested: bool = True) -> None:
         self.structure = csr.structure
         self.settings = settings
         self.shape = shape
@@ -88,22 +135,14 @@ class DecodePlan:
         self._flat: Launch | None = None
         self._cascade: Launch | None = None
         self._failure: str | None = None
-        decision = explain_cascade(csr, settings) if settings.enabled else None
-        plan = decision.plan if decision is not None else None
-        reason = decision.reason if decision is not None else "cascade off"
-        if plan is not None:
-            # The planner counts page reads; the kernels know what a cascade
-            # step costs beyond them and decline plans that save less.
-            declined = kernels.cascade_decline(shape, plan.shared_pages, len(plan.members))
-            if declined:
-                plan, reason = None, declined
-        self.plan = plan
-        self._reason = reason
-        if plan is None:
+        decision = (decide_step(csr, settings, shape, nested) if settings.enabled
+                    else StepDecision(None, "cascade off", None))
+        self.plan, self._reason, self.predicted_saving_s = decision.plan, decision.reason, decision.predicted_saving_s
+        if self.plan is None:
             self._flat = prepare_flat_launch(csr, shape)
             return
         try:
-            self._cascade = prepare_cascade_launch(csr, plan, shape)
+            self._cascade = prepare_cascade_launch(csr, self.plan, shape)
         except Exception as error:  # a layout the cascade cannot launch: flat serves the step
             self._fail(error)
 
@@ -129,26 +168,27 @@ class DecodePlan:
     def outcome(self) -> DecodeOutcome:
         batch = self._csr.num_rows
         if self.plan is None:
-            return DecodeOutcome(FLAT, batch, None, 0, self._reason)
+            return DecodeOutcome(FLAT, batch, None, 0, self._reason, predicted_saving_s=self.predicted_saving_s)
         shared_tokens = sum(s.pages for s in self.plan.spans) * self.shape.block_size
         if self._failure is not None:
             return DecodeOutcome(CASCADE_FALLBACK, batch, self.plan, shared_tokens, self._failure)
         return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self._reason,
-                             kv_bytes_saved(self.plan, self.shape))
+                             kv_bytes_saved(self.plan, self.shape), self.predicted_saving_s)
 
 
 class DecodePlanner:
     """Plans each decode step, keeping the last plan while its page layout,
     the settings and the shape are unchanged (a failed plan is made anew)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nested: bool | None = None) -> None:
         self._last: DecodePlan | None = None
+        self.nested = nested_from_env() if nested is None else nested
 
     def plan(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> DecodePlan:
         last = self._last
         if (last is None or last.failed or last.structure is not csr.structure or last.settings != settings
                 or last.shape != shape):
-            last = self._last = DecodePlan(csr, settings, shape)
+            last = self._last = DecodePlan(csr, settings, shape, self.nested)
         return last
 
 
@@ -196,7 +236,7 @@ def paged_decode_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr:
         rows = q.reshape(q.shape[0], q.shape[1], q.shape[-1])
         check_inputs(rows, k_pool, csr)
         settings = config.snapshot() if isinstance(config, CascadeConfig) else config
-        plan = DecodePlan(csr, settings, AttentionShape.of(rows, k_pool, scale))
+        plan = DecodePlan(csr, settings, AttentionShape.of(rows, k_pool, scale), nested_from_env())
         o = plan.attend(rows, k_pool, v_pool, csr.last_page_len).reshape(q.shape)
         outcome = plan.outcome
     log_first_launch(outcome)

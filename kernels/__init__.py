@@ -23,7 +23,7 @@ from .shape import AttentionShape
 __all__ = [
     "AttentionShape", "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
     "paged_attention_partial", "prepare_partial", "prepare_cascade", "merge_states", "prepare_merge",
-    "cascade_decline", "backend", "backend_name",
+    "cascade_max_depth", "backend", "backend_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ KERNELS_ENV = "MLXCEL_KERNELS"
 
 # GPU platform ("cuda" or "metal") -> module under mlxcel.kernels providing
 # paged_attention_partial, prepare_partial, merge_states and prepare_merge
-# with the portable signatures, and prepare_cascade, takes, cascade_decline.
+# with the portable signatures, and prepare_cascade, takes, MAX_DEPTH.
 FUSED_BACKENDS: dict[str, str] = {"cuda": "cuda"}
 
 # Written but never run on their platform (no Apple GPU here): used only on
@@ -109,12 +109,13 @@ def prepare_cascade(shape: AttentionShape, rows: int, private: PagedCsrView, lev
     return module.prepare_cascade(shape, rows, private, levels)
 
 
-def cascade_decline(shape: AttentionShape, shared_pages: int, members: int) -> str | None:
-    """Why the dispatched kernels would lose on a cascade plan the planner
-    chose (their break-even), or None. Backends without a cost model take
-    every plan."""
-    decline = getattr(backend(), "cascade_decline", None)
-    return decline(shape, shared_pages, members) if decline else None
+def cascade_max_depth(shape: AttentionShape) -> int | None:
+    """The deepest plan a fused backend's cascade runs for this shape, or None
+    where the levels are composed from partials (any depth)."""
+    module = backend()
+    if not hasattr(module, "prepare_cascade") or not module.takes(shape):
+        return None
+    return module.MAX_DEPTH
 
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:

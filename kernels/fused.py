@@ -56,15 +56,6 @@ MERGE_THREADS = 128
 STATE_EXTRA_FLOATS = 3
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
-# A fused cascade step costs more than a flat one besides its reads (two more
-# launches, level 0's tile states and their fold): it pays once it saves more
-# KV bytes (per layer) than this. On the H200 (Hq=32, Hkv=8, D=128, bf16),
-# runs 14-17 (docs/benchmark_results/cascade-attention-h200-2026-11-29.md):
-# saving 24 MiB (2048 x 4) cascade/flat 0.97-1.27, 56 MiB (2048 x 8) 0.86-1.36
-# (above 1 in four of five reads), 96 MiB (8192 x 4) 0.67-1.00, 248 MiB
-# (2048 x 32) 0.65-0.76.
-CASCADE_BREAK_EVEN_BYTES = 64 << 20
-
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 # The cascade merge takes the private states and up to MAX_DEPTH levels' (unused ones: a placeholder).
@@ -213,7 +204,6 @@ class FusedKernels:
     # tests prove each element is written. Off in serving: the fill is an
     # extra launch per output. MLXCEL_POISON_OUTPUTS=nan sets it for a whole run.
     poison: float | None = field(default_factory=poison_from_env)
-    cascade_break_even_bytes: int = CASCADE_BREAK_EVEN_BYTES
     _kernels: dict = field(default_factory=dict)
 
     def _kernel(self, kind: str, head_dim: int, warps: int = 0) -> Callable:
@@ -328,18 +318,6 @@ class FusedKernels:
 
     def takes(self, shape: AttentionShape) -> bool:
         return unsupported(shape) is None
-
-    def cascade_decline(self, shape: AttentionShape, shared_pages: int, members: int) -> str | None:
-        """Why a cascade of ``members`` rows over ``shared_pages`` pages would
-        lose to the flat launch on these kernels, or None."""
-        if not self.takes(shape):
-            return None                    # the portable kernels run it: no cost model here
-        page_bytes = shape.block_size * shape.kv_heads * shape.head_dim * 2 * shape.pool_dtype.size
-        saved = shared_pages * (members - 1) * page_bytes
-        if saved >= self.cascade_break_even_bytes:
-            return None
-        return (f"cascade would save {saved / 2**20:.1f} MiB of KV reads per layer, under the fused kernels' "
-                f"break-even of {self.cascade_break_even_bytes / 2**20:.0f} MiB")
 
     def cascade_levels(self, q_heads: int, kv_heads: int, private: PagedCsrView, levels,
                        level0_pages: int | None = None, level0_warps_m: int | None = None,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from .fused import FusedKernels, Platform
+from .fused import MAX_DEPTH, FusedKernels, Platform  # noqa: F401  (MAX_DEPTH: the backend API)
 
 HEADER = r"""
 #include <metal_simdgroup_matrix>
@@ -416,6 +416,5 @@ prepare_partial = KERNELS.prepare_partial
 merge_states = KERNELS.merge_states
 prepare_merge = KERNELS.prepare_merge
 takes = KERNELS.takes  # whether prepare_cascade runs this shape (else the generic two-level path)
-cascade_decline = KERNELS.cascade_decline
 prepare_cascade = KERNELS.prepare_cascade
 cascade_decode = KERNELS.cascade_decode

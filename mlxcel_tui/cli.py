@@ -204,9 +204,11 @@ def mlxcel():
     """Headless tools for the mlxcel engine."""
 
 
-from .stats import stats  # noqa: E402  (the command lives in its own module)
+from .calibrate import calibrate  # noqa: E402  (each command lives in its own module)
+from .stats import stats  # noqa: E402
 
 mlxcel.add_command(stats)
+mlxcel.add_command(calibrate)
 
 
 def run(group: click.Group, args: list[str], prog_name: str) -> int:

@@ -19,11 +19,13 @@ test_tile_plan.py and test_fused_sources.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcel.engine import attention
+from mlxcel.engine import attention, cost_model
 from mlxcel.engine.attention import stack_member_heads, unstack_member_heads
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
@@ -47,9 +49,12 @@ OFF = CascadeConfig(enabled=False)
 @pytest.fixture(autouse=True)
 def poisoned_outputs(monkeypatch):
     monkeypatch.setattr(cuda.KERNELS, "poison", float("nan"))
-    # These cases check numerics on small spans: let every plan cascade
-    # (the break-even itself is tested below and in test_fused_sources.py).
-    monkeypatch.setattr(cuda.KERNELS, "cascade_break_even_bytes", 0)
+    # These cases check numerics on small spans: a cost model under which
+    # every span pays (the measured one is tested below and in test_cost_model.py).
+    monkeypatch.setattr(cost_model, "current", lambda measure: EVERY_SPAN_PAYS)
+
+
+EVERY_SPAN_PAYS = cost_model.CostModel("cuda", "gpu", launch_s=0.0, bytes_per_s=1.0, state_s=0.0)
 
 
 def relative_error(got, want) -> float:
@@ -278,13 +283,18 @@ def test_member_major_stacking_gives_a_wrong_answer_on_the_fused_kernels(rng):
     assert relative_error(wrong, want) > 0.3
 
 
-def test_plans_under_the_break_even_run_flat(rng, monkeypatch):
-    monkeypatch.setattr(cuda.KERNELS, "cascade_break_even_bytes", fused.CASCADE_BREAK_EVEN_BYTES)
-    case = shared_prefix_case(rng, mx.bfloat16)             # 24 shared pages x 7 saved reads x 128 KB: 21 MB
+def test_plans_the_measured_cost_model_declines_run_flat(rng, monkeypatch, tmp_path):
+    # The device's own constants (measured here, in seconds), then a span of
+    # 24 pages x 7 saved reads (21 MB) against a launch cost raised past it.
+    model = cost_model.calibrate()
+    assert model.backend == "cuda" and model.launch_s > 0 and 1e11 < model.bytes_per_s < 1e13
+    monkeypatch.setattr(cost_model, "current", lambda measure: replace(model, launch_s=1.0))
+    case = shared_prefix_case(rng, mx.bfloat16)
     metrics = OutcomeRecorder()
     o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
                                metrics=metrics)
-    assert metrics.last_outcome.kind == "flat" and "break-even" in metrics.last_outcome.reason
+    outcome = metrics.last_outcome
+    assert outcome.kind == "flat" and "predicted saving" in outcome.reason and outcome.predicted_saving_s < 0
     ref = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
     assert relative_error(np.array(o.astype(mx.float32)), ref) <= REL_TOL[mx.bfloat16]
 

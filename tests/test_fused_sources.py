@@ -274,19 +274,14 @@ def test_poison_comes_from_the_environment(monkeypatch, caplog):
         assert fused.poison_from_env() is None
 
 
-def test_cascade_break_even_declines_small_savings():
-    # Per layer at Hkv=8, D=128, bf16, 32-token pages a page is 128 KB.
-    serving = shape(128, mx.bfloat16, heads=32, kv_heads=8, block_size=32)
-    assert "24.0 MiB" in cuda.cascade_decline(serving, 64, 4)       # 2048 shared x 4: lost on the H200
-    assert "56.0 MiB" in cuda.cascade_decline(serving, 64, 8)       # 2048 x 8: lost in most reads
-    assert cuda.cascade_decline(serving, 256, 4) is None               # 8192 x 4: won
-    # Shapes the fused kernels do not take run the portable kernels: no cost model.
-    assert cuda.cascade_decline(shape(128, mx.float32, heads=32, kv_heads=8, block_size=32), 64, 4) is None
-
-
-def test_dispatch_asks_the_backend_about_the_break_even(monkeypatch):
+def test_the_fused_cascade_takes_up_to_max_depth_levels(monkeypatch):
     monkeypatch.setattr(kernels, "_gpu_platform", lambda: "cuda")
     serving = shape(128, mx.bfloat16, heads=32, kv_heads=8, block_size=32)
-    assert kernels.cascade_decline(serving, 64, 4) is not None
+    assert kernels.cascade_max_depth(serving) == fused.MAX_DEPTH == len(
+        [n for n in fused.CASCADE_MERGE_INPUTS if n.startswith("lse") and n[3:].isdigit()])
+    # Shapes the fused kernels do not take compose the levels: any depth.
+    assert kernels.cascade_max_depth(shape(128, mx.float32, heads=32, kv_heads=8, block_size=32)) is None
     monkeypatch.setattr(kernels, "_gpu_platform", lambda: None)
-    assert kernels.cascade_decline(serving, 64, 4) is None             # portable: every plan cascades
+    assert kernels.cascade_max_depth(serving) is None
+    with pytest.raises(ValueError, match="1 to 4 levels"):
+        cuda.KERNELS.prepare_cascade(serving, 2, None, [None] * 5)
