@@ -44,12 +44,15 @@ from serving_bench.arm_run import ArmRun  # noqa: E402
 from serving_bench.http_arm import HttpArm  # noqa: E402
 from serving_bench.level_result import LevelResult  # noqa: E402
 from serving_bench.models import DEFAULT, resolve_model, server_model_argument  # noqa: E402
-from serving_bench.report import (CASCADE_OFF, CASCADE_ON, SERVER, ratio_lines, result_block,  # noqa: E402
-                                  summary_table)
+from serving_bench.report import (CASCADE_OFF, CASCADE_ON, CASCADE_ONE, SERVER, ratio_lines,  # noqa: E402
+                                  result_block, summary_table)
 from serving_bench.server_process import ManagedServer  # noqa: E402
 from serving_bench.workload import WARMUP_VARIANT, build_workload, level_variant  # noqa: E402
 
-ARM_FLAGS = {"on": (CASCADE_ON, ["--cascade"]), "off": (CASCADE_OFF, ["--no-cascade"])}
+# arm -> (name, server flags, server environment); "one" plans the seed's one
+# subgroup and one level (decode_plan.SPANS_ENV), "on" every span.
+ARM_FLAGS = {"on": (CASCADE_ON, ["--cascade"], {}), "off": (CASCADE_OFF, ["--no-cascade"], {}),
+             "one": (CASCADE_ONE, ["--cascade"], {"MLXCEL_CASCADE_SPANS": "one"})}
 WARMUP_CONCURRENCY = 2
 WARMUP_MAX_TOKENS = 16
 # Prompt tokens the chat template adds around the system prompt and the question.
@@ -80,9 +83,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "'benchmark-qwen3'; "
                              "the prompts' tokenizer, and what started servers serve [default]")
     parser.add_argument("--arms", type=arm_list, default=["on", "off"],
-                        help="servers to start: on (cascade), off (no cascade) [on,off]")
+                        help="servers to start: on (cascade, every span), one (cascade, one subgroup and one "
+                             "level), off (no cascade) [on,off]")
     parser.add_argument("--shared-prefix-tokens", type=int, default=2048,
                         help="tokens of the system prompt every client sends [2048]")
+    parser.add_argument("--tenants", type=int, default=1,
+                        help="system prompts the clients are split over (client i sends tenant i mod K's) [1]")
+    parser.add_argument("--sub-prefix-tokens", type=int, default=None,
+                        help="each tenant's own sub-prefix after the common system prompt, in tokens [none]")
     parser.add_argument("--prompt-tokens", type=int, default=32,
                         help="tokens of each client's own question [32]")
     parser.add_argument("--concurrency", type=int_list, default=[4, 8, 16, 32],
@@ -105,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-dir", type=Path, default=None, help="where started servers log [a temp dir]")
     parser.add_argument("--json", type=Path, default=None, help="write every run's figures and requests here")
     args = parser.parse_args(argv)
-    for name in ("shared_prefix_tokens", "prompt_tokens", "max_tokens", "reps", "block_size"):
+    for name in ("shared_prefix_tokens", "prompt_tokens", "max_tokens", "reps", "block_size", "tenants"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     args.concurrency = sorted(set(args.concurrency))
@@ -117,14 +125,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def pool_blocks(args: argparse.Namespace) -> int:
     """Twice the pages the largest level needs when its clients share the prefix:
     the shared pages once, each client's question and completion privately."""
-    shared = -(-(args.shared_prefix_tokens + TEMPLATE_TOKENS) // args.block_size)
+    shared = -(-(args.shared_prefix_tokens + TEMPLATE_TOKENS) // args.block_size) * args.tenants
+    shared += args.tenants * -(-(args.sub_prefix_tokens or 0) // args.block_size)
     private = -(-(args.prompt_tokens + TEMPLATE_TOKENS + args.max_tokens) // args.block_size) + 1
     return 2 * (shared + max(args.concurrency) * private)
 
 
 def server_args(args: argparse.Namespace, arm: str) -> list[str]:
     flags = list(ARM_FLAGS[arm][1])
-    if arm == "on" and args.min_shared_pages is not None:
+    if arm in ("on", "one") and args.min_shared_pages is not None:
         flags += ["--min-shared-pages", str(args.min_shared_pages)]
     return flags + ["--kv-blocks", str(args.kv_blocks or pool_blocks(args)), "--block-size", str(args.block_size)]
 
@@ -140,7 +149,8 @@ def header(args: argparse.Namespace) -> str:
         f"host: {platform.machine()} {platform.system()}, {os.cpu_count()} cores; MLX {mx.__version__} "
         f"on {mx.default_device()}; BLAS: {blas.describe()}",
         f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
-        f"shared prefix {args.shared_prefix_tokens} tokens, question {args.prompt_tokens} tokens, "
+        f"shared prefix {args.shared_prefix_tokens} tokens, {args.tenants} tenant(s), sub-prefix "
+        f"{args.sub_prefix_tokens or 0} tokens, question {args.prompt_tokens} tokens, "
         f"max tokens {args.max_tokens}, concurrency {','.join(map(str, args.concurrency))}, reps {args.reps}",
     ])
 
@@ -165,7 +175,7 @@ def start_arms(args: argparse.Namespace, model_path: Path, stack: contextlib.Exi
     else:
         model_argument = server_model_argument(args.model, model_path)
         servers = [stack.enter_context(ManagedServer(ARM_FLAGS[arm][0], model_argument, server_args(args, arm),
-                                                     log_dir / f"{ARM_FLAGS[arm][0]}.log"))
+                                                     log_dir / f"{ARM_FLAGS[arm][0]}.log", env=ARM_FLAGS[arm][2]))
                    for arm in args.arms]  # all launched, then each awaited: they load in parallel
         for server in servers:
             server.wait_ready()
@@ -183,7 +193,8 @@ def warm_up(arms: list, tokenizer, args: argparse.Namespace) -> None:
     workload = build_workload(tokenizer, shared_prefix_tokens=args.shared_prefix_tokens,
                               prompt_tokens=args.prompt_tokens,
                               concurrency=min(WARMUP_CONCURRENCY, args.concurrency[0]),
-                              max_tokens=min(args.max_tokens, WARMUP_MAX_TOKENS), variant=WARMUP_VARIANT)
+                              max_tokens=min(args.max_tokens, WARMUP_MAX_TOKENS), variant=WARMUP_VARIANT,
+                              tenants=args.tenants, sub_prefix_tokens=args.sub_prefix_tokens)
     for arm in arms:
         started = time.perf_counter()
         arm.run(workload, rep=-1)
@@ -194,7 +205,8 @@ def run_level(arms: list, tokenizer, args: argparse.Namespace, level_index: int,
     level = LevelResult(concurrency)
     workloads = [build_workload(tokenizer, shared_prefix_tokens=args.shared_prefix_tokens,
                                 prompt_tokens=args.prompt_tokens, concurrency=concurrency, max_tokens=args.max_tokens,
-                                variant=level_variant(level_index, rep, args.reps)) for rep in range(args.reps)]
+                                variant=level_variant(level_index, rep, args.reps), tenants=args.tenants,
+                                sub_prefix_tokens=args.sub_prefix_tokens) for rep in range(args.reps)]
     print(f"\n### concurrency {concurrency}: prompts share their first {workloads[0].shared_tokens} tokens "
           f"(load average {os.getloadavg()[0]:.2f})", flush=True)
     for rep, workload in enumerate(workloads):

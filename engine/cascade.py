@@ -87,6 +87,9 @@ class CascadePlan:
     def depth(self) -> int:
         return len(self.levels)
 
+    def depth_of(self, span: SharedSpan) -> int:
+        return next(d for d, level in enumerate(self.levels) if span in level)
+
 
 def span_depths(spans) -> dict[SharedSpan, int]:
     """Each span's depth: how many spans of its first member end at or before its start."""

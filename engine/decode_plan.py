@@ -53,6 +53,7 @@ class DecodeOutcome:
     reason: str                 # "cascade off", the planner's reason, or the failure
     kv_bytes_saved: int = 0     # per layer: KV bytes the flat launch reads and this one did not
     predicted_saving_s: float | None = None  # per layer, by the device's cost model (None: not calibrated)
+    span_savings_s: tuple[float, ...] | None = None  # each span's, launches aside, in plan.spans order
 
     @property
     def path(self) -> str:
@@ -93,6 +94,7 @@ class StepDecision:
     plan: CascadePlan | None
     reason: str
     predicted_saving_s: float | None
+    model: cost_model.CostModel | None = None
 
 
 def decide_step(csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape, nested: bool) -> StepDecision:
@@ -116,11 +118,11 @@ def decide_step(csr: PagedCsrView, settings: CascadeSettings, shape: AttentionSh
         one_saving = model.plan_saving(shape, one)
         if one_saving > 0:
             return StepDecision(one, f"{reason}; nested spans do not pay their launches, one level does "
-                                     f"(predicted {one_saving * 1e6:.1f} us per layer)", one_saving)
+                                     f"(predicted {one_saving * 1e6:.1f} us per layer)", one_saving, model)
     if judged and saving <= 0:
         return StepDecision(None, f"predicted saving {saving * 1e6:.1f} us per layer <= 0 ({reason}; "
-                                  f"{model.describe()})", saving)
-    return StepDecision(plan, f"{reason}; predicted saving {saving * 1e6:.1f} us per layer", saving)
+                                  f"{model.describe()})", saving, model)
+    return StepDecision(plan, f"{reason}; predicted saving {saving * 1e6:.1f} us per layer", saving, model)
 
 
 class DecodePlan:
@@ -138,6 +140,8 @@ class DecodePlan:
         decision = (decide_step(csr, settings, shape, nested) if settings.enabled
                     else StepDecision(None, "cascade off", None))
         self.plan, self._reason, self.predicted_saving_s = decision.plan, decision.reason, decision.predicted_saving_s
+        self.span_savings_s = None if decision.model is None or self.plan is None else tuple(
+            decision.model.span_saving(shape, s.pages, len(s.members)) for s in self.plan.spans)
         if self.plan is None:
             self._flat = prepare_flat_launch(csr, shape)
             return
@@ -173,7 +177,7 @@ class DecodePlan:
         if self._failure is not None:
             return DecodeOutcome(CASCADE_FALLBACK, batch, self.plan, shared_tokens, self._failure)
         return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self._reason,
-                             kv_bytes_saved(self.plan, self.shape), self.predicted_saving_s)
+                             kv_bytes_saved(self.plan, self.shape), self.predicted_saving_s, self.span_savings_s)
 
 
 class DecodePlanner:

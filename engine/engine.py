@@ -26,6 +26,7 @@ from typing import Callable
 import mlx.core as mx
 import psutil
 
+from .cascade import best_span
 from .config import CascadeConfig, EngineConfig
 from .decode_plan import DecodeOutcome
 from .metrics import EngineMetrics
@@ -35,7 +36,7 @@ from .prefix_cache import PrefixCache
 from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
 from .sequence import SamplingParams, Sequence, SequenceStatus
-from .snapshot import EngineSnapshot, PlanView, PoolView, SequenceView, StepRecord
+from .snapshot import EngineSnapshot, PlanView, PoolView, SequenceView, SpanView, StepRecord
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -347,11 +348,20 @@ class Engine:
 
     def _plan_view(self, rows: list[Sequence], outcome: DecodeOutcome) -> PlanView | None:
         """A decode launch's cascade plan in sequence ids and block ids."""
-        if outcome.plan is None:
+        plan = outcome.plan
+        if plan is None:
             return None
-        n = outcome.plan.shared_pages
-        return PlanView(tuple(rows[m].id for m in outcome.plan.members), n, n * self.pool.block_size,
-                        tuple(rows[outcome.plan.members[0]].block_table[:n]))
+        bs = self.pool.block_size
+        best = best_span(plan.spans)
+        outermost = plan.levels[0]
+        savings = outcome.span_savings_s or (None,) * len(plan.spans)
+        spans = tuple(
+            SpanView(next(g for g, o in enumerate(outermost) if s.members[0] in o.members), depth,
+                     tuple(rows[m].id for m in s.members), s.start, s.end, s.pages * bs, saving)
+            for (s, saving), depth in ((pair, plan.depth_of(pair[0])) for pair in zip(plan.spans, savings)))
+        return PlanView(tuple(rows[m].id for m in best.members), best.pages, best.pages * bs,
+                        tuple(rows[best.members[0]].block_table[best.start:best.end]), spans,
+                        outcome.predicted_saving_s)
 
     def _build_snapshot(self) -> EngineSnapshot:
         pool, bs = self.pool, self.pool.block_size

@@ -7,6 +7,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
+from .corpus import TRAINING_CORPUS
 from .engine import Engine, EngineClosed
 from .sequence import SamplingParams, Sequence
 
@@ -16,13 +17,27 @@ def chat_prompt(tokenizer, system_prompt: str, question: str) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
-def synthetic_system_prompt(tokenizer, num_tokens: int, source: str) -> str:
-    """A system prompt of about num_tokens tokens, cut from repeated source text."""
+def synthetic_system_prompt(tokenizer, num_tokens: int, source: str, start: int = 0) -> str:
+    """A system prompt of about num_tokens tokens, cut from repeated source text from token ``start`` on."""
     if num_tokens < 1:
         raise ValueError("a synthetic system prompt needs at least one token")
     base = tokenizer.encode(source)
-    ids = list(itertools.islice(itertools.cycle(base), num_tokens))
+    ids = list(itertools.islice(itertools.cycle(base), start, start + num_tokens))
     return tokenizer.decode(ids)
+
+
+def tenant_system_prompts(tokenizer, common: str, tenants: int, sub_prefix_tokens: int | None) -> list[str]:
+    """One system prompt per tenant. With ``sub_prefix_tokens`` each is the
+    common prompt followed by a tenant's own sub-prefix of about that many
+    tokens (sharing nested two deep); else the tenants' prompts differ from
+    their first words (disjoint sharing groups)."""
+    if tenants < 1:
+        raise ValueError("sessions need at least one tenant")
+    if sub_prefix_tokens:
+        return [f"{common}\n\nTeam {t + 1} handbook: "
+                + synthetic_system_prompt(tokenizer, sub_prefix_tokens, TRAINING_CORPUS, start=t * sub_prefix_tokens)
+                for t in range(tenants)]
+    return [common] if tenants == 1 else [f"You serve team {t + 1}. {common}" for t in range(tenants)]
 
 
 MAX_SESSIONS = 1024
@@ -50,12 +65,17 @@ class Session:
 
 
 class SessionManager:
-    def __init__(self, engine: Engine, system_prompt: str, questions: list[str], *, max_tokens: int = 64,
-                 turns: int | None = None, temperature: float = 0.0) -> None:
+    """Sessions asking questions in turn; with several system prompts
+    (tenants), session i is tenant (i - 1) mod K's."""
+
+    def __init__(self, engine: Engine, system_prompt: str | list[str], questions: list[str], *,
+                 max_tokens: int = 64, turns: int | None = None, temperature: float = 0.0) -> None:
         if not questions:
             raise ValueError("sessions need at least one question")
         self.engine = engine
-        self.system_prompt = system_prompt
+        self.system_prompts = [system_prompt] if isinstance(system_prompt, str) else list(system_prompt)
+        if not self.system_prompts:
+            raise ValueError("sessions need at least one system prompt")
         self.questions = questions
         self.params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
         self.turns = turns  # None: loop forever
@@ -99,7 +119,8 @@ class SessionManager:
         return self.engine.tokenizer.decode([t for t in tokens if t not in eos])
 
     def _ask(self, session: Session) -> None:
-        prompt = chat_prompt(self.engine.tokenizer, self.system_prompt, self.question_for(session))
+        system = self.system_prompts[(session.id - 1) % len(self.system_prompts)]
+        prompt = chat_prompt(self.engine.tokenizer, system, self.question_for(session))
         # Under the lock, so a fast finish event cannot look for session.current before it is set.
         with self._lock:
             try:

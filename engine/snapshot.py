@@ -23,11 +23,26 @@ class SequenceView:
 
 
 @dataclass(frozen=True)
+class SpanView:
+    """One span of a plan: pages [start, end) of every member, read once."""
+
+    group: int                 # which first-page group (its outermost span's index)
+    depth: int                 # 0 outermost
+    members: tuple[int, ...]   # sequence ids
+    start: int
+    end: int
+    tokens: int
+    predicted_saving_s: float | None = None   # per layer, by the device's cost model
+
+
+@dataclass(frozen=True)
 class PlanView:
-    members: tuple[int, ...]  # sequence ids
-    shared_pages: int
+    members: tuple[int, ...]  # sequence ids of the span with the most saved reads
+    shared_pages: int         # that span's pages
     shared_tokens: int
     shared_blocks: tuple[int, ...]
+    spans: tuple[SpanView, ...] = ()          # every span, outermost first
+    predicted_saving_s: float | None = None   # the whole plan's, per layer
 
 
 @dataclass(frozen=True)

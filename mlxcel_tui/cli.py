@@ -75,7 +75,8 @@ def tui():
 @limit_options
 @debug_option
 def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
-          min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
+          min_members, sessions, tenants, sub_prefix_tokens, system_prompt, shared_prefix_tokens, max_tokens,
+          kv_blocks, kv_cache_mb,
           max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
@@ -109,14 +110,17 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
                                   block_size, dtype, progress, stage, max_batched_tokens)
             from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
             from mlxcel.engine.server import OpenAIServer
+            from mlxcel.engine.sessions import tenant_system_prompts
 
-            prompt = system_prompt_text(engine, system_prompt, shared_prefix_tokens)
+            prompts = tenant_system_prompts(engine.tokenizer, system_prompt_text(engine, system_prompt,
+                                                                                 shared_prefix_tokens),
+                                            tenants, sub_prefix_tokens)
             limits = ServerLimits(max_prompt_tokens=max_prompt_tokens, max_body_bytes=max_body_bytes)
             server = OpenAIServer(engine, engine.loaded.name, api_key=api_key, host=host,
                                   check_host=not no_host_check, limits=limits)
             uv = make_uvicorn(server.app, on_shutdown=server.drain)
             engine.start()
-            server.sessions = start_sessions(engine, sessions, prompt, max_tokens) if sessions else None
+            server.sessions = start_sessions(engine, sessions, prompts, max_tokens) if sessions else None
             return engine, server, uv
 
         if headless:

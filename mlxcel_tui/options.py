@@ -32,6 +32,11 @@ def session_options(f):
                      help="Use a synthetic system prompt of about this many tokens.")(f)
     f = click.option("--system-prompt", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
                      help="File holding the shared system prompt.")(f)
+    f = click.option("--sub-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
+                     help="Give each tenant a shared sub-prefix of about this many tokens after the common "
+                          "system prompt (nested sharing).")(f)
+    f = click.option("--tenants", type=click.IntRange(1, 64), default=1, show_default=True,
+                     help="Split the sessions over this many system prompts (one sharing group each).")(f)
     f = click.option("--sessions", type=click.IntRange(0, 1024), default=4, show_default=True,
                      help="Built-in client sessions sharing the system prompt.")(f)
     return f

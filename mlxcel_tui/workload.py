@@ -96,7 +96,8 @@ def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens:
     return DEFAULT_SYSTEM_PROMPT
 
 
-def start_sessions(engine, count: int, system_prompt: str, max_tokens: int, turns: int | None = None):
+def start_sessions(engine, count: int, system_prompt: str | list[str], max_tokens: int, turns: int | None = None):
+    """``count`` sessions; several system prompts (tenants) take the sessions in turn."""
     from mlxcel.engine.sessions import SessionManager
     from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS
 

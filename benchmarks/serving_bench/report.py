@@ -9,6 +9,7 @@ from .level_result import ArmFigures, LevelResult
 
 MIB = 2**20
 CASCADE_ON, CASCADE_OFF, MLX_LM, SERVER = "cascade-on", "cascade-off", "mlx-lm", "server"
+CASCADE_ONE = "cascade-one-level"   # cascade on, the seed's one subgroup and one level
 
 # The targets, as ratios in favour of this engine.
 DECODE_TARGET = 1.5
@@ -122,6 +123,10 @@ def level_ratios(level: LevelResult) -> list[tuple[str, float, float | None]]:
                     ratio(on.summary.output_throughput, off.summary.output_throughput), None))
         out.append(("mean TPOT cascade-off / cascade-on",
                     ratio(off.summary.tpot_mean_ms, on.summary.tpot_mean_ms), None))
+    if CASCADE_ON in level.runs and CASCADE_ONE in level.runs:
+        on, one = level.figures(CASCADE_ON), level.figures(CASCADE_ONE)
+        out.append((f"decode tok/s cascade-on (nested) / {CASCADE_ONE}",
+                    ratio(on.decode_throughput, one.decode_throughput), None))
     ours = our_arm(level)
     if MLX_LM in level.runs and ours is not None:
         base, us = level.figures(MLX_LM), level.figures(ours)

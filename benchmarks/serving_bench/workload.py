@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mlxcel.engine.corpus import TRAINING_CORPUS
 from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
+from mlxcel.engine.sessions import tenant_system_prompts
 
 WARMUP_VARIANT = 0
 
@@ -76,11 +77,14 @@ def question(tokenizer, index: int, num_tokens: int) -> str:
 
 
 def build_workload(tokenizer, *, shared_prefix_tokens: int, prompt_tokens: int, concurrency: int,
-                   max_tokens: int, variant: int) -> Workload:
-    system = system_prompt(tokenizer, shared_prefix_tokens, variant)
+                   max_tokens: int, variant: int, tenants: int = 1, sub_prefix_tokens: int | None = None) -> Workload:
+    """Client i sends tenant i mod ``tenants``'s system prompt (see
+    engine.sessions.tenant_system_prompts) and its own question."""
+    systems = tenant_system_prompts(tokenizer, system_prompt(tokenizer, shared_prefix_tokens, variant), tenants,
+                                    sub_prefix_tokens)
     requests = []
     for index in range(concurrency):
-        messages = [{"role": "system", "content": system},
+        messages = [{"role": "system", "content": systems[index % tenants]},
                     {"role": "user", "content": question(tokenizer, index, prompt_tokens)}]
         ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
         requests.append(Request(index, messages, ids))
