@@ -24,7 +24,7 @@ attention (``paged_prefill_attention``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import mlx.core as mx
@@ -128,8 +128,24 @@ def private_level(host: HostCsr, plan: CascadePlan) -> HostCsr:
     return HostCsr(indptr, host.indices[keep], host.last_page_len, host.first_page_offset, host.block_size)
 
 
-def cascade_layout(csr: PagedCsrView, plan: CascadePlan) -> CascadeLayout:
+def levels_key(csr: PagedCsrView, plan: CascadePlan) -> tuple:
+    """What a plan's levels depend on: its spans, their block ids and the row
+    count. Layouts with the same key differ only in their private level."""
     host = csr.host
+    return host.num_rows, tuple((s, host.pages(s.members[0])[s.start:s.end].tobytes()) for s in plan.spans)
+
+
+def cascade_layout(csr: PagedCsrView, plan: CascadePlan, kept: CascadeLayout | None = None) -> CascadeLayout:
+    """The plan's levels over this layout; ``kept``: a layout of the same
+    levels (levels_key), whose levels and merge order are reused."""
+    host = csr.host
+    private = private_level(host, plan)
+    private_arrays = dict(
+        private_host=private,
+        private_device=(mx.array(private.indptr), mx.array(private.indices), mx.array(private.first_page_offset)),
+        private_structure=PageStructure())
+    if kept is not None:
+        return replace(kept, **private_arrays)
     rows = host.num_rows
     levels = tuple(span_level(host, spans) for spans in plan.levels)
     states = [[r] for r in range(rows)]          # each row's states: private first, then outermost span on
@@ -141,15 +157,8 @@ def cascade_layout(csr: PagedCsrView, plan: CascadePlan) -> CascadeLayout:
         offset += level.members.size
     merge_indptr = np.zeros(rows + 1, np.int64)
     np.cumsum([len(s) for s in states], out=merge_indptr[1:])
-    private = private_level(host, plan)
-    return CascadeLayout(
-        levels=levels,
-        private_host=private,
-        private_device=(mx.array(private.indptr), mx.array(private.indices), mx.array(private.first_page_offset)),
-        private_structure=PageStructure(),
-        merge_order=mx.array(np.concatenate(states).astype(np.int32)),
-        merge_indptr=merge_indptr,
-    )
+    return CascadeLayout(levels=levels, merge_order=mx.array(np.concatenate(states).astype(np.int32)),
+                         merge_indptr=merge_indptr, **private_arrays)
 
 
 Launch = Callable[[mx.array, mx.array, mx.array, mx.array], mx.array]
@@ -186,20 +195,39 @@ class ComposedCascade:
         return self.merge(mx.concatenate(states)[order], mx.concatenate(lses)[order])[0].astype(q.dtype)
 
 
-def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: AttentionShape) -> Launch:
+@dataclass(frozen=True)
+class CascadeLaunch:
+    """A plan's prepared launches over one layout, and what of them the next
+    layout with the same levels keeps (a row's private suffix grew by a
+    page: only the private level and the merge are prepared again)."""
+
+    key: tuple
+    layout: CascadeLayout
+    run: Launch                 # a fused backend's cascade, or ComposedCascade
+
+    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
+        return self.run(q, k_pool, v_pool, last_page_len)
+
+
+def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: AttentionShape,
+                           previous: CascadeLaunch | None = None) -> CascadeLaunch:
     """The cascade launch of ``plan`` over this layout: (q, k_pool, v_pool,
     last_page_len) -> o in q's dtype. Every span is read once for all its
-    members, whatever their number."""
-    layout = cascade_layout(csr, plan)
+    members, whatever their number. ``previous``: the last step's launch, of
+    the same shape; its levels are kept when this plan's are the same."""
+    key = levels_key(csr, plan)
+    kept = previous if previous is not None and previous.key == key else None
+    layout = cascade_layout(csr, plan, kept.layout if kept else None)
     private = layout.private_view(csr)
-    fused = kernels.prepare_cascade(shape, csr.num_rows, private, layout.kernel_levels)
+    fused = kernels.prepare_cascade(shape, csr.num_rows, private, layout.kernel_levels,
+                                    kept.run if kept and not isinstance(kept.run, ComposedCascade) else None)
     if fused is not None:
-        return fused
-    return ComposedCascade(layout,
-                           tuple(kernels.prepare_partial(lv.view, shape.stacked(lv.width)) for lv in layout.levels),
-                           kernels.prepare_partial(private, shape),
-                           kernels.prepare_merge(layout.merge_indptr, shape.head_dim),
-                           shape.kv_heads)
+        return CascadeLaunch(key, layout, fused)
+    levels = (kept.run.levels if kept else
+              tuple(kernels.prepare_partial(lv.view, shape.stacked(lv.width)) for lv in layout.levels))
+    merge = kept.run.merge if kept else kernels.prepare_merge(layout.merge_indptr, shape.head_dim)
+    return CascadeLaunch(key, layout, ComposedCascade(layout, levels, kernels.prepare_partial(private, shape), merge,
+                                                      shape.kv_heads))
 
 
 def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:

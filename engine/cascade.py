@@ -119,36 +119,28 @@ class Node:
             yield from child.walk()
 
 
-def padded_tables(host: HostCsr) -> np.ndarray:
-    """[R, max_pages] block ids, -1 past each row's end."""
-    pages = host.num_pages()
-    width = int(pages.max()) if len(pages) else 0
-    column = np.arange(width)
-    inside = column < pages[:, None]
-    position = np.where(inside, host.indptr[:-1, None] + column, 0)
-    return np.where(inside, host.indices[position], -1)
-
-
-def build_node(tables: np.ndarray, limit: np.ndarray, rows: np.ndarray, begin: int, depth: int) -> Node:
-    """The node of ``rows`` (>= 2), which agree on their first ``depth`` pages
-    and may all span at least ``depth``, and the nodes below it."""
-    reach = int(limit[rows].min())
-    columns = tables[rows, depth:reach]
-    agree = (columns == columns[0]).all(axis=0)
-    end = depth + int(np.argmin(agree)) if not agree.all() else reach
-    deeper = rows[limit[rows] > end]
-    children = []
-    if len(deeper) >= 2:
-        for page in np.unique(tables[deeper, end]):
-            branch = deeper[tables[deeper, end] == page]
-            if len(branch) >= 2:
-                children.append(build_node(tables, limit, branch, end, end + 1))
-    return Node(tuple(int(r) for r in rows), begin, end, tuple(children))
+def node_tree(order: list[int], shared: list[int], lo: int, hi: int, begin: int) -> Node:
+    """The node of rows order[lo:hi] (>= 2, ``shared[i]`` the pages rows
+    order[i] and order[i + 1] may share) and the nodes below it: its end is
+    the least sharing inside, its children the runs sharing more."""
+    end = min(shared[lo:hi - 1])
+    children, start = [], lo
+    for i in range(lo, hi):
+        if i == hi - 1 or shared[i] == end:      # a run ends after row i
+            if i + 1 - start >= 2:
+                children.append(node_tree(order, shared, start, i + 1, end))
+            start = i + 1
+    return Node(tuple(sorted(order[lo:hi])), begin, end, tuple(children))
 
 
 def page_forest(host: HostCsr) -> tuple[list[Node], tuple[int, ...]]:
     """One trie per first-page group of two or more rows, and the rows dropped
-    for entering mid-page while sharing their first page."""
+    for entering mid-page while sharing their first page.
+
+    Two rows may share pages up to where their block ids first differ, and
+    never a row's last page; this sharing is an ultrametric, so its trie
+    follows from sorting the rows by their pages (cut before the last) and
+    comparing each with the next."""
     pages = host.num_pages()
     has_pages = pages > 0
     first = np.full(len(pages), -1, np.int64)
@@ -159,13 +151,27 @@ def page_forest(host: HostCsr) -> tuple[list[Node], tuple[int, ...]]:
     dropped = tuple(int(r) for r in np.flatnonzero(mid_page & shares_first))
 
     limit = pages - 1                        # a member keeps its last page private
-    eligible = np.flatnonzero(has_pages & ~mid_page & (limit >= 1))
-    group_firsts, group_sizes = np.unique(first[eligible], return_counts=True)
-    if not (group_sizes >= 2).any():         # the common no-sharing case stops here
+    eligible = np.flatnonzero(has_pages & ~mid_page & (limit >= 1) & shares_first)
+    if len(eligible) < 2:                    # the common no-sharing case stops here
         return [], dropped
-    tables = padded_tables(host)
-    roots = [build_node(tables, limit, eligible[first[eligible] == page], 0, 1)
-             for page in group_firsts[group_sizes >= 2]]
+    width = int(limit[eligible].max())
+    column = np.arange(width)
+    inside = column < limit[eligible, None]
+    position = np.where(inside, host.indptr[eligible, None] + column, 0)
+    # Big-endian, -1 past a row's limit: byte order keeps rows with a common prefix together.
+    tables = np.where(inside, host.indices[position], -1).astype(">i4")
+    order = sorted(range(len(eligible)), key=lambda i: tables[i].tobytes())
+    same = tables[order[1:]] == tables[order[:-1]]
+    differ = np.where(same.all(axis=1), width, np.argmin(same, axis=1))
+    reach = np.minimum(limit[eligible][order[1:]], limit[eligible][order[:-1]])
+    shared = np.minimum(differ, reach).tolist()
+    rows = eligible[order].tolist()
+    roots, start = [], 0
+    for i in range(len(rows)):
+        if i == len(rows) - 1 or shared[i] == 0:  # a first-page group ends after row i
+            if i + 1 - start >= 2:
+                roots.append(node_tree(rows, shared, start, i + 1, 0))
+            start = i + 1
     return roots, dropped
 
 

@@ -27,7 +27,7 @@ from mlxcel.kernels import AttentionShape, PagedCsrView
 from mlxcel.kernels.shape import check_inputs
 
 from . import cost_model
-from .attention import paged_prefill_attention, prepare_cascade_launch, prepare_flat_launch
+from .attention import CascadeLaunch, paged_prefill_attention, prepare_cascade_launch, prepare_flat_launch
 from .cascade import CascadePlan, explain_cascade
 from .config import CascadeConfig, CascadeSettings
 
@@ -129,13 +129,13 @@ class DecodePlan:
     """A decode step's attention for one page layout and one reading of the settings."""
 
     def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape,
-                 nested: bool = True) -> None:
+                 nested: bool = True, previous: CascadeLaunch | None = None) -> None:
         self.structure = csr.structure
         self.settings = settings
         self.shape = shape
         self._csr = csr
         self._flat: Launch | None = None
-        self._cascade: Launch | None = None
+        self._cascade: CascadeLaunch | None = None
         self._failure: str | None = None
         decision = (decide_step(csr, settings, shape, nested) if settings.enabled
                     else StepDecision(None, "cascade off", None))
@@ -146,9 +146,13 @@ class DecodePlan:
             self._flat = prepare_flat_launch(csr, shape)
             return
         try:
-            self._cascade = prepare_cascade_launch(csr, self.plan, shape)
+            self._cascade = prepare_cascade_launch(csr, self.plan, shape, previous)
         except Exception as error:  # a layout the cascade cannot launch: flat serves the step
             self._fail(error)
+
+    @property
+    def cascade_launch(self) -> CascadeLaunch | None:
+        return self._cascade
 
     @property
     def failed(self) -> bool:
@@ -192,7 +196,9 @@ class DecodePlanner:
         last = self._last
         if (last is None or last.failed or last.structure is not csr.structure or last.settings != settings
                 or last.shape != shape):
-            last = self._last = DecodePlan(csr, settings, shape, self.nested)
+            # A new layout keeps the last one's level launches where its spans are the same.
+            previous = last.cascade_launch if last is not None and not last.failed and last.shape == shape else None
+            last = self._last = DecodePlan(csr, settings, shape, self.nested, previous)
         return last
 
 

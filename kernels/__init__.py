@@ -97,16 +97,18 @@ def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int |
     return backend().prepare_partial(csr, shape, chunk_pages)
 
 
-def prepare_cascade(shape: AttentionShape, rows: int, private: PagedCsrView, levels):
+def prepare_cascade(shape: AttentionShape, rows: int, private: PagedCsrView, levels, reuse=None):
     """A fused backend's whole cascade step over this layout (call it with
     (q, k_pool, v_pool, last_page_len) for o in q's dtype), or None where the
     backend has none for this shape and the levels are composed from partials.
     ``levels``: per depth, (a view with one row per span, its pages all full;
-    [spans, width] int32 member rows, -1 past a span's members)."""
+    [spans, width] int32 member rows, -1 past a span's members). ``reuse``:
+    this backend's cascade of the same levels and rows, whose level launches
+    are kept (only the private level and the merge are prepared)."""
     module = backend()
     if not hasattr(module, "prepare_cascade") or not module.takes(shape):
         return None
-    return module.prepare_cascade(shape, rows, private, levels)
+    return module.prepare_cascade(shape, rows, private, levels, reuse=reuse)
 
 
 def cascade_max_depth(shape: AttentionShape) -> int | None:

@@ -340,18 +340,19 @@ class FusedKernels:
 
     def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
                         level0_pages: int | None = None, level0_warps_m: int | None = None,
-                        level0_warps: int | None = None) -> FusedCascade:
+                        level0_warps: int | None = None, reuse: FusedCascade | None = None) -> FusedCascade:
         """One cascade decode step's launches, planned once per layout.
 
         ``private``: every row's range after its last span; ``levels``: per
         depth, (a view with one row per span, all pages full; [spans, M]
         int32 member rows, -1 past a span's own members). The sweep options
-        are cascade_levels'."""
+        are cascade_levels'. ``reuse``: a cascade of the same levels and rows,
+        whose level launches and map are kept."""
         if not 1 <= len(levels) <= MAX_DEPTH:
             raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
         hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
-        stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels, level0_pages,
-                                                            level0_warps_m, level0_warps)
+        stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels if reuse is None else (),
+                                                            level0_pages, level0_warps_m, level0_warps)
         level_map = np.zeros((rows, len(levels), 3), np.int32)
         fused_levels = []
         for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):
@@ -375,10 +376,11 @@ class FusedKernels:
             output_dtypes=[shape.q_dtype],
         ))
         return FusedCascade(
-            kernels=self, levels=tuple(fused_levels),
+            kernels=self, levels=tuple(fused_levels) if reuse is None else reuse.levels,
             private=self.partial_launch(shape, plan_private.num_tiles, flat, stacked=False),
             merge=merge, private_indices=private.indices, geometry_private=plan_private.geometry,
-            indptr_private=plan_private.row_indptr_device, level_map=mx.array(level_map))
+            indptr_private=plan_private.row_indptr_device,
+            level_map=mx.array(level_map) if reuse is None else reuse.level_map)
 
     def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, private: PagedCsrView, levels,
                        *, scale: float, **level0) -> mx.array:

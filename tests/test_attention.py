@@ -359,3 +359,32 @@ def test_launches_per_step_do_not_grow_with_the_groups(rng, monkeypatch, groups)
     assert counts == {"prepared": 4, "partial": 3 * 3, "merge": 3}
     np.testing.assert_allclose(np.array(o), reference_decode(case.q, case.k_pool, case.v_pool, case.host,
                                                              case.scale), atol=ATOL, rtol=0)
+
+
+def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkeypatch):
+    # Staggered sessions cross page boundaries on different steps: the new
+    # layout has the same spans, so only the private level is prepared again.
+    case, _ = forest_batch(rng, [(5, [(3, [1, 2]), 1, 2])], block_size=16)
+    counts = counted_launches(monkeypatch)
+    builder, planner = CsrBuilder(16), DecodePlanner()
+    tables = [case.host.pages(r).tolist() for r in range(case.host.num_rows)]
+    tokens = (case.host.num_tokens() + case.host.first_page_offset).tolist()
+    offsets = case.host.first_page_offset.tolist()
+    first = planner.plan(builder.build("a", tables, tokens, offsets), ON.snapshot(), shape_of(case))
+    assert counts["prepared"] == 4                               # two levels, the private one, the merge
+    grower = max(range(len(tables)), key=lambda r: len(tables[r]))
+    tables[grower] = tables[grower] + [4000]                     # a fresh block (the pool holds 4096)
+    tokens[grower] = (len(tables[grower]) - 1) * 16 + 1
+    csr = builder.build("b", tables, tokens, offsets)
+    second = planner.plan(csr, ON.snapshot(), shape_of(case))
+    assert second is not first and second.plan.spans == first.plan.spans
+    assert counts["prepared"] == 5                               # the private level only
+    o = second.attend(case.q, case.k_pool, case.v_pool, csr.last_page_len)
+    np.testing.assert_allclose(np.array(o), reference_decode(case.q, case.k_pool, case.v_pool, csr.host,
+                                                             case.scale), atol=ATOL, rtol=0)
+    # Other spans (a member leaves): everything is prepared anew.
+    member = second.plan.spans[0].members[0]
+    tables[member] = [3999, 3998]
+    tokens[member] = 17
+    third = planner.plan(builder.build("c", tables, tokens, offsets), ON.snapshot(), shape_of(case))
+    assert third.plan.spans != second.plan.spans and counts["prepared"] == 5 + 2 + third.plan.depth

@@ -181,6 +181,25 @@ def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     assert len(planned) == 7
 
 
+def test_a_cascade_of_the_same_levels_prepares_only_its_private_level(rng, monkeypatch):
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **_: (lambda inputs, init_value, **options: [
+        mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]))
+    kernels = fused.FusedKernels(cuda.KERNELS.platform)
+    planned = []
+    partial_launch = kernels.partial_launch
+    monkeypatch.setattr(kernels, "partial_launch", lambda *args, **kw: planned.append(kw["stacked"]) or
+                        partial_launch(*args, **kw))
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
+    plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    layout = attention.cascade_layout(case.csr, plan)
+    shape = AttentionShape.of(case.q, case.k_pool, 0.1)
+    first = kernels.prepare_cascade(shape, case.csr.num_rows, layout.private_view(case.csr), layout.kernel_levels)
+    again = kernels.prepare_cascade(shape, case.csr.num_rows, layout.private_view(case.csr), layout.kernel_levels,
+                                    reuse=first)
+    assert planned == [True, True, False, False]                 # the stacked levels once, the private one twice
+    assert again.levels is first.levels and again.level_map is first.level_map
+
+
 def sections(source: str) -> list[str]:
     """Section titles, without the platform's fragment-layout notes in parentheses."""
     return [title.split(" (")[0] for title in re.findall(r"// ---- (.+?) ----", source)]
