@@ -349,3 +349,41 @@ async def test_answers_key_shows_each_sessions_latest_question_and_answer(live):
         await pilot.press("x")
         await settle(pilot)
         assert not app.screen.query("#answers-table")
+
+
+async def test_a_forest_of_tenants_shows_every_span_level(loaded):
+    # Two tenants behind a common prompt, each with its own sub-prefix: the
+    # page map colours both levels on every member's row and the subgroups
+    # panel lists the group with its three spans.
+    from mlxcel.engine.sessions import tenant_system_prompts
+    from mlxcel_tui.panels.page_map import PageMap, span_colour
+    from mlxcel_tui.panels.subgroups import SubgroupsPanel
+
+    engine = Engine(loaded, EngineConfig(block_size=16, num_blocks=256),
+                    cascade=CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    common = synthetic_system_prompt(engine.tokenizer, 96, DEFAULT_SYSTEM_PROMPT)
+    sessions = SessionManager(engine, tenant_system_prompts(engine.tokenizer, common, 2, 48),
+                              list(DEFAULT_QUESTIONS), max_tokens=32)
+    sessions.add(4)
+    try:
+        app = DashboardApp(EngineSource(engine, sessions), refresh=3600)
+        async with app.run_test(size=SIZE) as pilot:
+            for _ in range(12):                        # until every session is prefilled and decoding
+                engine.step()
+                if engine.snapshot.plan and len(engine.snapshot.plan.spans) == 3:
+                    break
+            await poll(pilot)
+            plan = app.frame.snapshot["plan"]
+            assert sorted(s["depth"] for s in plan["spans"]) == [0, 1, 1]
+            tree = text_of(app.query_one(SubgroupsPanel))
+            assert "3 spans in 1 group, 2 deep" in tree and "group 1: 4 seqs" in tree
+            outer = next(s for s in plan["spans"] if s["depth"] == 0)
+            assert f"pages 0–{outer['end']}" in tree
+            legend = text_of(app.query_one("#map-legend", Static))
+            assert "by depth:" in legend
+            table = app.query_one(PageMap).query_one(DataTable)
+            row = table.get_row(str(plan["spans"][1]["members"][0]))
+            colours = {span.style for span in row[-1].spans}
+            assert {span_colour(0), span_colour(1)} <= {str(c) for c in colours}
+    finally:
+        engine.shutdown()

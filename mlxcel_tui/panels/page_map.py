@@ -1,8 +1,9 @@
 """Page-sharing map: every live sequence as a row of its KV pages.
 
 A cell is one page (or, fitted to the width, a stated number of pages: then it
-shows its first page). Its colour is the page's refcount bucket, or magenta
-for the level-0 span of the last cascade plan on that plan's members; its
+shows its first page). Its colour is the page's refcount bucket, or, on a
+member's pages inside a span of the last cascade plan, the span's depth
+(magenta outermost, then cyan, violet, white), every group of the step; its
 glyph shows how full it is (a partial last page is a partial block) and ▐ marks
 a first page entered mid-page. Rows are ordered by sharing group so shared
 columns line up.
@@ -24,6 +25,8 @@ from ..frame import Frame, sharing_groups
 REFCOUNT_BUCKETS = ((1, "1 ref (private)", "#8a8a8a"), (3, "2–3", "#5f87d7"), (7, "4–7", "#00af87"),
                     (15, "8–15", "#d7af00"), (None, "16+ refs", "#d75f00"))
 PLAN_COLOUR = "#d700d7"
+# A span's colour by its depth in the plan: the outermost is PLAN_COLOUR.
+SPAN_COLOURS = (PLAN_COLOUR, "#00d7ff", "#af87ff", "#ffffff")
 EIGHTHS = "▏▎▍▌▋▊▉█"
 MID_PAGE = "▐"
 COLUMNS = ("sequence", "group", "tokens", "pages", "pages →")
@@ -41,7 +44,21 @@ def fill_glyph(fill: float) -> str:
     return EIGHTHS[-1] if fill >= 1 else EIGHTHS[min(7, max(1, math.ceil(fill * 8))) - 1]
 
 
-def row_cells(seq: dict, plan_pages: int, scale: int, block_size: int) -> Text:
+def span_colour(depth: int) -> str:
+    return SPAN_COLOURS[min(depth, len(SPAN_COLOURS) - 1)]
+
+
+def plan_spans(plan: dict | None) -> list[dict]:
+    """The plan's spans (start, end, depth, members); a plan without them is
+    its one span from page 0."""
+    if not plan:
+        return []
+    return list(plan.get("spans") or ()) or [
+        {"start": 0, "end": plan["shared_pages"], "depth": 0, "members": plan["members"]}]
+
+
+def row_cells(seq: dict, spans: list[dict], scale: int, block_size: int) -> Text:
+    """The row's cells; ``spans``: the plan's spans this sequence is a member of."""
     pages, refcounts = seq["pages"], seq["refcounts"]
     n = len(pages)
     runs: list[tuple[str, str]] = []
@@ -52,7 +69,8 @@ def row_cells(seq: dict, plan_pages: int, scale: int, block_size: int) -> Text:
             tokens -= block_size - seq["last_page_len"]
         if start == 0:
             tokens -= seq["first_page_offset"]
-        colour = PLAN_COLOUR if start < plan_pages else refcount_colour(refcounts[start])
+        span = next((sp for sp in spans if sp["start"] <= start < sp["end"]), None)
+        colour = span_colour(span["depth"]) if span else refcount_colour(refcounts[start])
         glyph = MID_PAGE if start == 0 and seq["first_page_offset"] else fill_glyph(tokens / (scale * block_size))
         if runs and runs[-1][1] == colour:
             runs[-1] = (runs[-1][0] + glyph, colour)
@@ -61,11 +79,19 @@ def row_cells(seq: dict, plan_pages: int, scale: int, block_size: int) -> Text:
     return Text.assemble(*runs, no_wrap=True)
 
 
-def legend(scale: int, block_size: int) -> Text:
+def legend(scale: int, block_size: int, depth: int = 1) -> Text:
+    """``depth``: the last plan's span levels (beyond one, each gets its colour)."""
     parts: list = []
     for _, label, colour in REFCOUNT_BUCKETS:
         parts += [("█", colour), f" {label}  "]
-    parts += [("█", PLAN_COLOUR), " level-0 span of the last plan (◆ members)  ",
+    if depth > 1:
+        parts.append("spans of the last plan (◆ members), by depth:")
+        for d in range(depth):
+            parts += [" ", ("█", span_colour(d)), f" {d}"]
+        parts.append("  ")
+    else:
+        parts += [("█", PLAN_COLOUR), " level-0 span of the last plan (◆ members)  "]
+    parts += [
               ("▌", "bold"), " partial page  ", (MID_PAGE, "bold"), " first page entered mid-page\n"]
     unit = "1 page" if scale == 1 else f"{scale} pages (its first page's colour)"
     parts.append(f"1 cell = {unit}, {block_size} tokens/page · z: {'1 page per cell' if scale > 1 else 'fit width'}")
@@ -112,18 +138,18 @@ class PageMap(Vertical):
         snap = frame.snapshot
         sequences = snap["sequences"]
         block_size = snap["pool"]["block_size"]
-        plan = snap["plan"] or {"members": (), "shared_pages": 0}
+        spans = plan_spans(snap["plan"])
         groups = sharing_groups(sequences)
         group_of = {sid: (i, g.name) for i, g in enumerate(groups) for sid in g.members}
         ordered = sorted(sequences, key=lambda s: (group_of.get(s["id"], (len(groups),))[0], s["id"]))
         out = []
         for seq in ordered:
-            member = seq["id"] in plan["members"]
-            group = group_of.get(seq["id"], (0, "—"))[1] + (" ◆" if member else "")
+            own = [sp for sp in spans if seq["id"] in sp["members"]]
+            group = group_of.get(seq["id"], (0, "—"))[1] + (" ◆" if own else "")
             out.append((str(seq["id"]), [
                 f"#{seq['id']} {seq['label']}", group,
                 Text(str(seq["num_tokens"]), justify="right"), Text(str(len(seq["pages"])), justify="right"),
-                row_cells(seq, plan["shared_pages"] if member else 0, scale, block_size),
+                row_cells(seq, own, scale, block_size),
             ]))
         return out
 
@@ -135,7 +161,8 @@ class PageMap(Vertical):
         widest = max((len(s["pages"]) for s in sequences), default=0)
         scale = self.scale(widest)
         block_size = frame.snapshot["pool"]["block_size"]
-        self.query_one("#map-legend", Static).update(legend(scale, block_size))
+        depth = 1 + max((sp["depth"] for sp in plan_spans(frame.snapshot["plan"])), default=0)
+        self.query_one("#map-legend", Static).update(legend(scale, block_size, depth))
         rows = self.rows(frame, scale)
         keys = [key for key, _ in rows]
         table = self.query_one(DataTable)

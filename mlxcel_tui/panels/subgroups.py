@@ -1,4 +1,5 @@
-"""Subgroups: the last cascade plan, why a step declined, the running means."""
+"""Subgroups: the last cascade plan as a tree (group -> spans -> members,
+pages, tokens, predicted saving), why a step declined, the running means."""
 
 from __future__ import annotations
 
@@ -8,7 +9,30 @@ from textual.widget import Widget
 
 from ..frame import Frame, launches, sharing_groups
 from . import format as fmt
-from .page_map import PLAN_COLOUR
+from .page_map import PLAN_COLOUR, span_colour
+
+
+def saving_text(seconds: float | None) -> str:
+    return "" if seconds is None else f" · saves {seconds * 1e6:,.1f} µs/layer (predicted)"
+
+
+def plan_tree(plan: dict) -> list[Text]:
+    """Each group's spans, nested by depth under the group's outermost one."""
+    spans = plan["spans"]
+    groups = sorted({s["group"] for s in spans})
+    depth = 1 + max(s["depth"] for s in spans)
+    head = f"{len(spans)} span{'s' if len(spans) > 1 else ''} in {len(groups)} group{'s' if len(groups) > 1 else ''}"
+    lines = [Text.assemble(("plan     ", "bold"), (head, PLAN_COLOUR), f", {depth} deep",
+                           saving_text(plan.get("predicted_saving_s")))]
+    for group in groups:
+        members = sorted({m for s in spans if s["group"] == group for m in s["members"]})
+        lines.append(Text(f"  group {group + 1}: {len(members)} seqs " + " ".join(f"#{m}" for m in members)))
+        for s in sorted((s for s in spans if s["group"] == group), key=lambda s: (s["start"], s["members"])):
+            ids = " ".join(f"#{m}" for m in s["members"])
+            lines.append(Text.assemble("    " + "  " * s["depth"] + "└ ", ("█", span_colour(s["depth"])),
+                                       f" pages {s['start']}–{s['end']} · {fmt.count(s['tokens'])} tokens · "
+                                       f"{len(s['members'])} members {ids}", saving_text(s.get("predicted_saving_s"))))
+    return lines
 
 
 class SubgroupsPanel(Widget):
@@ -28,7 +52,9 @@ class SubgroupsPanel(Widget):
         lines = [Text.assemble("cascade ", state,
                                f" · min shared pages {cfg['min_shared_pages']} · min members {cfg['min_members']}")]
         plan = snap["plan"]
-        if plan:
+        if plan and plan.get("spans"):
+            lines += plan_tree(plan)
+        elif plan:
             ids = " ".join(f"#{m}" for m in plan["members"])
             lines.append(Text.assemble(("plan     ", "bold"), (f"{len(plan['members'])} members", PLAN_COLOUR),
                                        f" {ids}"))
