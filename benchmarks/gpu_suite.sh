@@ -21,7 +21,8 @@
 #   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep),
 #      then benchmarks/gpu_timeline.py (the GPU's own kernel timestamps at the
 #      headline cell) where torch is importable, and
-#      benchmarks/gpu_flashinfer_bench.py where .fi-bundle/ was carried.
+#      benchmarks/gpu_flashinfer_bench.py where .fi-bundle/ was carried, and
+#      benchmarks/gpu_forest_bench.py (nested and two-tenant cells).
 #   4. benchmarks/gpu_e2e_bench.py and benchmarks/gpu_step_profile.py when
 #      GPU_SUITE_E2E=1 (needs mlx-lm's wheel); GPU_SUITE_E2E=only runs these alone.
 # Runs well under 10 minutes without step 4; step 4 adds about 3.
@@ -87,6 +88,7 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
     exit 1
   fi
   suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py
+    tests/test_cost_model.py
     tests/test_engine.py tests/test_pipeline.py tests/test_cascade_fault.py"
   step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
     python3 -m pytest -q -p no:cacheprovider -rs --maxfail=40 --junitxml="$out/tests_fused.xml" $suites
@@ -105,6 +107,9 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
     step flashinfer_bench env PYTHONPATH="/tmp/fisite:$PYTHONPATH" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
       python3 benchmarks/gpu_flashinfer_bench.py --out "$out"
   fi
+  # Several subgroups and nested spans (FlashInfer's multi-level wrapper beside them where installed above).
+  step forest_bench env PYTHONPATH="/tmp/fisite:$PYTHONPATH" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+    python3 benchmarks/gpu_forest_bench.py --out "$out"
 fi
 if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
   step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"

@@ -90,3 +90,22 @@ def test_timeline_reads_complete_events_of_an_exported_trace():
 
     events = gpu_timeline.complete_events(ExportingProfiler())
     assert [e["name"] for e in events] == ["k", "encode"]
+
+
+def test_the_forest_bench_builds_and_checks_a_small_cell_on_any_device():
+    # The GPU forest bench's cell, arms and checks at a size the CPU runs in
+    # seconds (the portable kernels; FlashInfer where it imports).
+    import gpu_forest_bench as forest
+
+    small = forest.Forest("small", rows=8, common=64 * 32, tenants=2, sub=32 * 32, private=2 * 32)
+    tables = small.tables()
+    assert tables[0][:64] == tables[7][:64] and tables[0][64:96] != tables[7][64:96]
+    assert tables[0][:96] == tables[3][:96]                              # rows of a tenant are contiguous
+    _, arms, result = forest.checked_arms(small)
+    assert result["plans"] == {"nested": {"spans": 3, "depth": 2}, "one-level": {"spans": 1, "depth": 1}}
+    # The cascades and flat accumulate in float32 and round to bf16 alike (a
+    # wrong span or merge errs by O(0.1)); SDPA rounds its own bf16 way.
+    checks = result["checks_vs_flat"]
+    assert checks["nested"] < 1e-3 and checks["one-level"] < 1e-3 and checks["sdpa"] < 2e-2
+    timed = {arm: {"s": 1e-3, "iqr_s": 1e-4} for arm in ("nested", "one-level", "flat", "sdpa")}
+    assert "| small | nested | 1000.0 (100.0) | 1.00 |" in forest.table([{**result, **timed}])
