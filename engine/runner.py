@@ -13,6 +13,7 @@ import numpy as np
 
 from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
 from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
@@ -56,7 +57,7 @@ class ModelRunner:
         blocks = [s.block_table[p // bs] for s, p in zip(decode, positions.tolist())]
         tokens = [last_tokens] if decode else []
         ctx = StepContext(self.pool, mx.array(positions), mx.array(blocks, dtype=mx.int32),
-                          mx.array(positions % bs), decode_rows=len(decode))
+                          mx.array(positions % bs), decode_rows=len(decode), ops=layer_ops())
         outcomes = []
         if decode:
             ctx.decode_csr = self.csr_builder.build(tuple((s.id, s.table_version) for s in decode),
