@@ -17,11 +17,12 @@ accuracy whatever math flags the compiler gets.
 from __future__ import annotations
 
 import hashlib
+import struct
 
 import mlx.core as mx
 
 from .cuda import make_kernel
-from .fused import compact_source, scale_bits
+from .fused import compact_source
 from .layer_ops import ComposedOps, HeadSplit
 
 THREADS = 256
@@ -135,6 +136,11 @@ SPLIT_HEADS_CALL = ("mlxcel_layer::split_heads<T, TW, D, HQ, HKV, NORM, TRADITIO
                     "qkv_shape, q_weight, k_weight, positions, inv_freq, q_out, k_out, v_out);")
 
 
+def float_bits(value: float) -> int:
+    """A float32 as a template int (the kernels read it back with __int_as_float)."""
+    return struct.unpack("<i", struct.pack("<f", float(value)))[0]
+
+
 def _kernel(kind: str, inputs: list[str], outputs: list[str], call: str):
     # The digest names the kernel: MLX caches compiled kernels by name.
     digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
@@ -160,7 +166,7 @@ class CudaOps(ComposedOps):
         total, normed = self._add_rms_norm(
             inputs=[residual.reshape(rows, width), delta.reshape(rows, width), weight],
             template=[("T", residual.dtype), ("TW", weight.dtype), ("THREADS", THREADS),
-                      ("EPS_BITS", scale_bits(eps))],
+                      ("EPS_BITS", float_bits(eps))],
             grid=(rows * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
             output_shapes=[(rows, width), (rows, width)], output_dtypes=[residual.dtype, residual.dtype])
         return total.reshape(shape), normed.reshape(shape)
@@ -184,8 +190,8 @@ class CudaOps(ComposedOps):
         q, k, v = self._split_heads(
             inputs=[qkv.reshape(rows, -1), *weights, positions.astype(mx.int32), inv_freq],
             template=[("T", qkv.dtype), ("TW", weights[0].dtype), ("D", d), ("HQ", hq), ("HKV", hkv),
-                      ("NORM", norm), ("TRADITIONAL", traditional), ("EPS_BITS", scale_bits(eps)),
-                      ("SCALE_BITS", scale_bits(position_scale))],
+                      ("NORM", norm), ("TRADITIONAL", traditional), ("EPS_BITS", float_bits(eps)),
+                      ("SCALE_BITS", float_bits(position_scale))],
             grid=(-(-warps // 4) * 128, 1, 1), threadgroup=(128, 1, 1),
             output_shapes=[(rows, hq, d), (rows, hkv, d), (rows, hkv, d)], output_dtypes=[qkv.dtype] * 3)
         return q, k, v
