@@ -30,7 +30,7 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
 
 from mlxcel.kernels import PagedCsrView
-from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit
+from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import paged_prefill_attention
 from .decode_plan import DecodePlan
@@ -157,10 +157,11 @@ class PagedAttention(nn.Module):
             raise TypeError("the engine's model layers run only inside an engine step")
         rows = x.shape[0]                                     # one token per row: [T, 1, hidden]
         if "qkv_proj" in self:
-            q, k, v = cache.ops.split_heads(self.heads, self.qkv_proj(x), cache.positions)
+            q, k, v = cache.ops.split_heads(self.heads, self.qkv_proj(x), cache.positions, cache.slots(self.layer))
         else:
             q, k, v = self.heads.rotate(self.q_proj(x), self.k_proj(x), self.v_proj(x), cache.positions)
-        cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
+        if k is not None:     # else the kernel stored them (layer_ops: the pool written in place)
+            cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
         o = cache.attend(self.layer, q, self.scale)
         return self.o_proj(o.reshape(rows, 1, self.n_heads * self.head_dim))
 
@@ -204,6 +205,9 @@ class StepContext:
     plan: DecodePlan | None = None
     prefill_csr: PagedCsrView | None = None
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
+
+    def slots(self, layer: int) -> PoolSlots:
+        return PoolSlots(self.pool.keys[layer], self.pool.values[layer], self.slot_blocks, self.slot_offsets)
 
     def make_mask(self, *args, **kwargs) -> None:
         return None  # mlx-lm asks its cache for a mask; the paged kernels mask by page table

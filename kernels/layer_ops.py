@@ -6,22 +6,44 @@ so the ops around the matmuls and the attention are fused:
 
 - ``add_rms_norm``: the residual add and the next RMS norm (two launches in
   mlx-lm's block) in one kernel writing both the sum and its norm;
-- ``HeadSplit``: the fused q/k/v projection's output split into heads, q and
-  k RMS-normalized per head (Qwen3) and roped at each row's position, v
-  passed through (up to six launches: two norms, two ropes, two copies).
+- ``split_heads``: the fused q/k/v projection's output split into heads, q
+  and k RMS-normalized per head (Qwen3) and roped at each row's position
+  (``HeadSplit``), and k and v stored into the pool's slots (up to eight
+  launches: two norms, two ropes, two copies, two pool scatters).
 
-Elsewhere (the CPU, Metal, float32, a rope the kernel does not spell) both
-run as MLX's own ops, which define what the kernels compute.
+The pool store matters beyond its launches: MLX's scatter writes in place
+only when nothing else holds the pool array, and the previous step's kernels
+hold it until they finish; once the host runs ahead of the GPU (the pipeline
+working as it should), a scatter copies the whole layer pool instead. The
+CUDA kernel writes the pool's buffer itself and returns q, which every read
+of the pool in the layer takes as an input, so the write is ordered before
+them; a later step's kernels run after this step's on the stream.
+
+Elsewhere (the CPU, Metal, a rope the kernel does not spell) both run as
+MLX's own ops, which define what the kernels compute.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
+
+
+@dataclass(frozen=True)
+class PoolSlots:
+    """Where a step's new K/V rows go: one layer's pool arrays
+    ``[num_blocks, block_size, Hkv, D]`` and each row's (block, offset)."""
+
+    keys: mx.array
+    values: mx.array
+    blocks: mx.array    # [T] int32
+    offsets: mx.array   # [T] int32
 
 
 class ComposedOps:
@@ -33,8 +55,11 @@ class ComposedOps:
         total = residual + delta
         return total, mx.fast.rms_norm(total, weight, eps)
 
-    def split_heads(self, heads: "HeadSplit", qkv: mx.array,
-                    positions: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        """q [T, Hq, D], k and v [T, Hkv, D]; with ``slots`` the kernels may
+        store k and v into the pool themselves and return (q, None, None), else
+        the caller stores them."""
         q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
         return heads.rotate(q, k, v, positions)
 

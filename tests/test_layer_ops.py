@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.rope_utils import Llama3RoPE
 
-from mlxcel.kernels.layer_ops import COMPOSED, HeadSplit, layer_ops
+from mlxcel.kernels.layer_ops import COMPOSED, HeadSplit, PoolSlots, layer_ops
 
 DTYPES = {"bfloat16": (mx.bfloat16, 2.0**-5), "float32": (mx.float32, 1e-5)}
 MAX_POSITION = 40000
@@ -133,3 +133,40 @@ def test_rope_frequencies_decline_what_the_kernel_cannot_spell():
     out_q, _, _ = HeadSplit(8, 2, 64, scaled, None, None).rotate(q, k, k, positions)
     want = scaled(q.reshape(3, 1, 8, 64).transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
     np.testing.assert_array_equal(np.array(out_q), np.array(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_heads_stores_k_and_v_in_the_pool_slots(dtype):
+    """With pool slots the op stores k and v itself (the CUDA kernel, in place) or hands them back for the
+    caller's scatter (MLX's ops); either way the pool holds them at the slots and nothing else changed."""
+    mx_dtype, tolerance = DTYPES[dtype]
+    tolerance = max(tolerance, ANGLE_TOLERANCE)
+    rng = np.random.default_rng()
+    d, blocks, block_size, rows = 128, 9, 16, 11
+    heads = qwen3_heads(d, mx_dtype, False, rng)
+    keys = mx.array(rng.normal(size=(blocks, block_size, 2, d)), mx_dtype)
+    values = mx.array(rng.normal(size=(blocks, block_size, 2, d)), mx_dtype)
+    before_k, before_v = as64(keys), as64(values)
+    slot_ids = rng.choice(blocks * block_size, rows, replace=False)
+    slot_blocks = mx.array(slot_ids // block_size, mx.int32)
+    slot_offsets = mx.array(slot_ids % block_size, mx.int32)
+    qkv = mx.array(rng.normal(size=(rows, 1, 12 * d)), mx_dtype)
+    positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
+
+    slots = PoolSlots(keys, values, slot_blocks, slot_offsets)
+    q, k, v = layer_ops().split_heads(heads, qkv, positions, slots)
+    if k is not None:
+        keys[slot_blocks, slot_offsets] = k
+        values[slot_blocks, slot_offsets] = v
+    mx.eval(q, keys, values)
+
+    want_q, want_k, want_v = COMPOSED.split_heads(heads, qkv, positions)
+    assert_close(q, as64(want_q), tolerance)
+    got_k, got_v = as64(keys), as64(values)
+    b, o = slot_ids // block_size, slot_ids % block_size
+    assert_close(mx.array(got_k[b, o]), as64(want_k), tolerance)
+    np.testing.assert_array_equal(got_v[b, o], as64(want_v))
+    untouched = np.ones((blocks, block_size), bool)
+    untouched[b, o] = False
+    np.testing.assert_array_equal(got_k[untouched], before_k[untouched])
+    np.testing.assert_array_equal(got_v[untouched], before_v[untouched])
