@@ -1,6 +1,6 @@
-# Decode-step issue, sixth H200 run: the layer ops (the q/k/v kernel storing k and v in the pool itself) (residual add + RMS norm, q/k/v split + q/k norms + rope) as
-# one CUDA kernel each. Their tests against float64 on the GPU, the decode path's GPU tests, then the step profile
-# with each arm also run on MLX's own ops for the layer ops (MLXCEL_LAYER_OPS=composed), side by side.
+# Decode-step issue, sixth H200 run: the layer ops as one CUDA kernel each, the q/k/v one storing k and v into
+# the pool itself. Their tests against float64 on the GPU, the decode path's GPU tests, the step profile with each
+# arm also on MLX's own ops for the layer ops (MLXCEL_LAYER_OPS=composed), then the end-to-end bench.
 # Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 set -u
 cp .whl-b/* /tmp/w/ && cat /tmp/w/part.* > /tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
