@@ -59,6 +59,12 @@ class LoadedModel:
     scale: float         # attention's softmax scale
     vocab_size: int
 
+    def set_dtype(self, dtype: mx.Dtype) -> None:
+        """Cast the float weights (quantized ones stay quantized); the activations follow."""
+        self.model.set_dtype(dtype)
+        attn = self.model.layers[0].self_attn
+        self.dtype = activation_dtype(attn.qkv_proj if "qkv_proj" in attn else attn.q_proj)
+
 
 def read_model_type(path: Path) -> str:
     if not path.is_dir():
@@ -205,8 +211,11 @@ class StepContext:
     plan: DecodePlan | None = None
     prefill_csr: PagedCsrView | None = None
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
+    store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
 
-    def slots(self, layer: int) -> PoolSlots:
+    def slots(self, layer: int) -> PoolSlots | None:
+        if not self.store_in_kernel:
+            return None
         return PoolSlots(self.pool.keys[layer], self.pool.values[layer], self.slot_blocks, self.slot_offsets)
 
     def make_mask(self, *args, **kwargs) -> None:

@@ -183,6 +183,8 @@ def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: st
 class CudaOps(ComposedOps):
     """The fused kernels where they take the arrays, MLX's ops elsewhere."""
 
+    stores_in_place = True
+
     def __init__(self) -> None:
         self._kernels: dict[str, object] = {}
 

@@ -15,9 +15,12 @@ The pool store matters beyond its launches: MLX's scatter writes in place
 only when nothing else holds the pool array, and the previous step's kernels
 hold it until they finish; once the host runs ahead of the GPU (the pipeline
 working as it should), a scatter copies the whole layer pool instead. The
-CUDA kernel writes the pool's buffer itself and returns q, which every read
-of the pool in the layer takes as an input, so the write is ordered before
-them; a later step's kernels run after this step's on the stream.
+CUDA kernel writes the pool's buffer itself and returns q. MLX orders (and
+links in its CUDA graphs) only kernels that share an array, so the store is
+used only in steps where every read of the pool takes q as an input: decode
+steps served by the fused attention kernels (the runner decides; a prefill
+chunk's gather reads the pool without q). A later step's kernels run after
+this step's on the stream.
 
 Elsewhere (the CPU, Metal, a rope the kernel does not spell) both run as
 MLX's own ops, which define what the kernels compute.
@@ -48,6 +51,8 @@ class PoolSlots:
 
 class ComposedOps:
     """The layer ops as MLX's own ops: what the fused kernels must compute."""
+
+    stores_in_place = False     # whether split_heads can write the pool's slots itself
 
     def add_rms_norm(self, residual: mx.array, delta: mx.array, weight: mx.array,
                      eps: float) -> tuple[mx.array, mx.array]:
