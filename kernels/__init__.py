@@ -23,7 +23,7 @@ from .shape import AttentionShape
 __all__ = [
     "AttentionShape", "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
     "paged_attention_partial", "prepare_partial", "prepare_cascade", "merge_states", "prepare_merge",
-    "cascade_max_depth", "backend", "backend_name",
+    "cascade_max_depth", "fused_takes", "backend", "backend_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,13 +111,19 @@ def prepare_cascade(shape: AttentionShape, rows: int, private: PagedCsrView, lev
     return module.prepare_cascade(shape, rows, private, levels, reuse=reuse)
 
 
+def fused_takes(shape: AttentionShape) -> bool:
+    """Whether a fused backend runs this shape's decode launches (each of its
+    kernels reads q and the pool together)."""
+    module = backend()
+    return hasattr(module, "takes") and module.takes(shape)
+
+
 def cascade_max_depth(shape: AttentionShape) -> int | None:
     """The deepest plan a fused backend's cascade runs for this shape, or None
     where the levels are composed from partials (any depth)."""
-    module = backend()
-    if not hasattr(module, "prepare_cascade") or not module.takes(shape):
+    if not fused_takes(shape) or not hasattr(backend(), "prepare_cascade"):
         return None
-    return module.MAX_DEPTH
+    return backend().MAX_DEPTH
 
 
 def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, mx.array]:
