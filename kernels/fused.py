@@ -365,7 +365,7 @@ class FusedKernels:
             fused_levels.append(FusedLevel(self.partial_launch(shape, plan.num_tiles, layout, stacked=True), view,
                                            plan.geometry, mx.array(table)))
         first_level = np.asarray(levels[0][1])
-        member_is_row = len(levels) == 1 and first_level.shape[0] == 1 and (first_level[0] == np.arange(rows)).all()
+        member_is_row = len(levels) == 1 and first_level.shape == (1, rows) and (first_level[0] == np.arange(rows)).all()
         lanes = rows * hq * 32
         merge = Launch(self._kernel("cascade_merge", d), dict(
             template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv), ("DEPTHS", len(levels)),
