@@ -120,22 +120,21 @@ def calibrate(reps: int = 7) -> CostModel:
     rows, pages = (32, 128) if gpu else (8, 32)
     groups, width = (4096, 8) if gpu else (256, 8)
     chain = 20 if gpu else 1
-    rng = np.random.default_rng(0)
+    keys = iter(mx.random.split(mx.random.key(0), 6))   # two pools, two queries, states, lses
+    normal = lambda shape, dtype=mx.float32: mx.random.normal(shape, key=next(keys)).astype(dtype)  # noqa: E731
     blocks = rows * pages
-    pool = lambda: mx.array(rng.standard_normal((blocks, block, hkv, d), np.float32)).astype(dtype)  # noqa: E731
-    k_pool, v_pool = pool(), pool()
+    k_pool, v_pool = normal((blocks, block, hkv, d), dtype), normal((blocks, block, hkv, d), dtype)
     shape = AttentionShape(hq, hkv, d, dtype, dtype, block, d ** -0.5)
 
     def partial_time(tables) -> float:
         csr = PagedCsrView.from_host(host_csr(tables, [len(t) * block for t in tables], block))
-        q = mx.array(rng.standard_normal((len(tables), hq, d), np.float32)).astype(dtype)
+        q = normal((len(tables), hq, d), dtype)
         launch = kernels.prepare_partial(csr, shape)
         return timed(lambda: launch(q, k_pool, v_pool, csr.last_page_len), reps, chain)
 
     small = partial_time([[0]])
     large = partial_time([list(range(r * pages, (r + 1) * pages)) for r in range(rows)])
-    states = mx.array(rng.standard_normal((groups * width, hq, d), np.float32))
-    lses = mx.array(rng.standard_normal((groups * width, hq), np.float32))
+    states, lses = normal((groups * width, hq, d)), normal((groups * width, hq))
     merge = kernels.prepare_merge(np.arange(groups + 1) * width, d)
     merged = timed(lambda: merge(states, lses), reps, chain)
     backend, device = device_key()
