@@ -21,7 +21,8 @@ from mlxcel.engine import attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import AttentionShape, cuda, fused, metal, portable, tile_plan
-from paged_cases import mixed_batch, rng  # noqa: F401  (rng is a fixture)
+from mlxcel.kernels.reference import as_float64, reference_decode, reference_merge, softmax_state
+from paged_cases import FORESTS, forest_batch, mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
 
@@ -198,6 +199,70 @@ def test_a_cascade_of_the_same_levels_prepares_only_its_private_level(rng, monke
                                     reuse=first)
     assert planned == [True, True, False, False]                 # the stacked levels once, the private one twice
     assert again.levels is first.levels and again.level_map is first.level_map
+
+
+def tile_states(q, k_pool, v_pool, view, geometry, members, kv_heads):
+    """The partial kernel's output as its geometry and member table define it,
+    in float64: [tiles, Hkv * heads, D] and [tiles, Hkv * heads], heads = M * G
+    (stacked, member m's head kv * G + g at kv * (M * G) + m * G + g) or G."""
+    q, k_pool, v_pool = as_float64(q), as_float64(k_pool), as_float64(v_pool)
+    hq, block = q.shape[1], k_pool.shape[1]
+    group = hq // kv_heads
+    width = 1 if members is None else members.shape[1]
+    os, lses = [], []
+    for row, first, pages, first_slot, holds_last in np.array(geometry):
+        ids = view.host.indices[first:first + pages]
+        end = pages * block - (block - view.host.last_page_len[row] if holds_last else 0)
+        k = k_pool[ids].reshape(-1, *k_pool.shape[2:])[first_slot:end]
+        v = v_pool[ids].reshape(-1, *v_pool.shape[2:])[first_slot:end]
+        rows = [row] if members is None else list(members[row])
+        o = np.zeros((kv_heads, width, group, q.shape[2]))
+        lse = np.zeros((kv_heads, width, group))
+        for m, member in enumerate(rows):
+            state_o, state_lse = softmax_state(q[member], k, v, 1 / np.sqrt(q.shape[2]))
+            o[:, m] = state_o.reshape(kv_heads, group, -1)
+            lse[:, m] = state_lse.reshape(kv_heads, group)
+        os.append(o.reshape(kv_heads * width * group, -1))
+        lses.append(lse.reshape(-1))
+    return np.stack(os), np.stack(lses)
+
+
+@pytest.mark.parametrize("forest", ["two groups", "three deep beside a group"])
+def test_the_cascade_merge_map_folds_each_rows_span_tiles(rng, monkeypatch, forest):
+    # The fused cascade's host side (tile plans, member tables, level map) with
+    # the kernels modelled in float64 from the arrays they are given: each
+    # row's private tiles plus, at each depth, its span's tiles at the
+    # member's stacked head must fold into the flat result.
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **_: (lambda inputs, init_value, **options: [
+        mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]))
+    case, _ = forest_batch(rng, FORESTS[forest][0], block_size=16, kv_heads=2, group=4, head_dim=64)
+    plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    layout = attention.cascade_layout(case.csr, plan)
+    shape = AttentionShape.of(case.q, case.k_pool, 64 ** -0.5)
+    private = layout.private_view(case.csr)
+    # Two-page tiles for the stacked levels: spans cut into several tiles.
+    step = fused.FusedKernels(cuda.KERNELS.platform).prepare_cascade(shape, case.csr.num_rows, private,
+                                                                     layout.kernel_levels, level0_pages=2)
+    levels = [tile_states(case.q, case.k_pool, case.v_pool, lv.view, lv.geometry, np.array(lv.members), 2)
+              for lv in step.levels]
+    assert any(len(np.array(lv.geometry)) > len(lv.view.host.indptr) - 1 for lv in step.levels)  # split spans
+    op, lsep = tile_states(case.q, case.k_pool, case.v_pool, private, step.geometry_private, None, 2)
+    level_map, indptr = np.array(step.level_map), np.array(step.indptr_private)
+    hq, group = case.q.shape[1], 4
+    out = np.zeros(case.q.shape)
+    for row in range(case.csr.num_rows):
+        for head in range(hq):
+            states = [(op[t, head], lsep[t, head]) for t in range(indptr[row], indptr[row + 1])]
+            for depth, (o, lse) in enumerate(levels):
+                first, count, slot = level_map[row, depth]
+                width = o.shape[1] // hq
+                at = (head // group) * (width * group) + slot * group + head % group
+                states += [(o[t, at], lse[t, at]) for t in range(first, first + count)]
+            v, _ = reference_merge(np.stack([s[0] for s in states])[:, None], np.stack([s[1] for s in states])[:, None],
+                                   [0, len(states)])
+            out[row, head] = v[0, 0]
+    np.testing.assert_allclose(out, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale),
+                               atol=1e-9, rtol=0)
 
 
 def sections(source: str) -> list[str]:
