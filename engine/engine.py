@@ -359,9 +359,10 @@ class Engine:
             SpanView(next(g for g, o in enumerate(outermost) if s.members[0] in o.members), depth,
                      tuple(rows[m].id for m in s.members), s.start, s.end, s.pages * bs, saving)
             for (s, saving), depth in ((pair, plan.depth_of(pair[0])) for pair in zip(plan.spans, savings)))
+        per_layer = outcome.predicted_saving_s
         return PlanView(tuple(rows[m].id for m in best.members), best.pages, best.pages * bs,
                         tuple(rows[best.members[0]].block_table[best.start:best.end]), spans,
-                        outcome.predicted_saving_s)
+                        None if per_layer is None else per_layer * self.loaded.num_layers)
 
     def _build_snapshot(self) -> EngineSnapshot:
         pool, bs = self.pool, self.pool.block_size

@@ -42,7 +42,7 @@ class PlanView:
     shared_tokens: int
     shared_blocks: tuple[int, ...]
     spans: tuple[SpanView, ...] = ()          # every span, outermost first
-    predicted_saving_s: float | None = None   # the whole plan's, per layer
+    predicted_saving_s: float | None = None   # the whole plan's, per step (every layer)
 
 
 @dataclass(frozen=True)

@@ -351,14 +351,18 @@ async def test_answers_key_shows_each_sessions_latest_question_and_answer(live):
         assert not app.screen.query("#answers-table")
 
 
-async def test_a_forest_of_tenants_shows_every_span_level(loaded):
+async def test_a_forest_of_tenants_shows_every_span_level(loaded, monkeypatch):
     # Two tenants behind a common prompt, each with its own sub-prefix: the
     # page map colours both levels on every member's row and the subgroups
-    # panel lists the group with its three spans.
+    # panel lists the group with its three spans and their predicted savings
+    # (a calibrated model on these kernels: the portable ones only predict).
+    from mlxcel.engine import cost_model
     from mlxcel.engine.sessions import tenant_system_prompts
     from mlxcel_tui.panels.page_map import PageMap, span_colour
     from mlxcel_tui.panels.subgroups import SubgroupsPanel
 
+    model = cost_model.CostModel("portable", "cpu", launch_s=1e-5, bytes_per_s=1e9, state_s=1e-12)
+    monkeypatch.setattr(cost_model, "current", lambda measure: model)
     engine = Engine(loaded, EngineConfig(block_size=16, num_blocks=256),
                     cascade=CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
     common = synthetic_system_prompt(engine.tokenizer, 96, DEFAULT_SYSTEM_PROMPT)
@@ -377,6 +381,8 @@ async def test_a_forest_of_tenants_shows_every_span_level(loaded):
             assert sorted(s["depth"] for s in plan["spans"]) == [0, 1, 1]
             tree = text_of(app.query_one(SubgroupsPanel))
             assert "3 spans in 1 group, 2 deep" in tree and "group 1: 4 seqs" in tree
+            assert "measured decode steps: cascade" in tree and "ms a step" in tree
+            assert tree.count("µs/layer (predicted)") == 3
             outer = next(s for s in plan["spans"] if s["depth"] == 0)
             assert f"pages 0–{outer['end']}" in tree
             legend = text_of(app.query_one("#map-legend", Static))

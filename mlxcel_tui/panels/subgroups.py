@@ -3,6 +3,8 @@ pages, tokens, predicted saving), why a step declined, the running means."""
 
 from __future__ import annotations
 
+import statistics
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -16,14 +18,29 @@ def saving_text(seconds: float | None) -> str:
     return "" if seconds is None else f" · saves {seconds * 1e6:,.1f} µs/layer (predicted)"
 
 
-def plan_tree(plan: dict) -> list[Text]:
+def measured_steps(snap: dict) -> str:
+    """Median decode step time of the recent cascade and flat steps: what the
+    predicted saving is to be read against."""
+    times = {"cascade": [], "fused_v2": []}
+    for step in snap.get("recent_steps", ()):
+        if step["kind"] == "decode" and step["path"] in times:
+            times[step["path"]].append(step["seconds"])
+    parts = [f"{name} {statistics.median(t) * 1e3:,.1f} ms ({len(t)})"
+             for name, t in (("cascade", times["cascade"]), ("flat", times["fused_v2"])) if t]
+    return "measured decode steps: " + (", ".join(parts) if parts else "none yet")
+
+
+def plan_tree(plan: dict, snap: dict) -> list[Text]:
     """Each group's spans, nested by depth under the group's outermost one."""
     spans = plan["spans"]
     groups = sorted({s["group"] for s in spans})
     depth = 1 + max(s["depth"] for s in spans)
     head = f"{len(spans)} span{'s' if len(spans) > 1 else ''} in {len(groups)} group{'s' if len(groups) > 1 else ''}"
-    lines = [Text.assemble(("plan     ", "bold"), (head, PLAN_COLOUR), f", {depth} deep",
-                           saving_text(plan.get("predicted_saving_s")))]
+    lines = [Text.assemble(("plan     ", "bold"), (head, PLAN_COLOUR), f", {depth} deep")]
+    step_saving = plan.get("predicted_saving_s")
+    predicted = ("not calibrated (mlxcel calibrate)" if step_saving is None
+                 else f"saves {step_saving * 1e3:,.2f} ms a step")
+    lines.append(Text.assemble(("model    ", "bold"), f"predicted: {predicted} · {measured_steps(snap)}"))
     for group in groups:
         members = sorted({m for s in spans if s["group"] == group for m in s["members"]})
         lines.append(Text(f"  group {group + 1}: {len(members)} seqs " + " ".join(f"#{m}" for m in members)))
@@ -53,7 +70,7 @@ class SubgroupsPanel(Widget):
                                f" · min shared pages {cfg['min_shared_pages']} · min members {cfg['min_members']}")]
         plan = snap["plan"]
         if plan and plan.get("spans"):
-            lines += plan_tree(plan)
+            lines += plan_tree(plan, snap)
         elif plan:
             ids = " ".join(f"#{m}" for m in plan["members"])
             lines.append(Text.assemble(("plan     ", "bold"), (f"{len(plan['members'])} members", PLAN_COLOUR),
