@@ -18,20 +18,24 @@ from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
 from .model import LoadedModel, StepContext, output_logits
 from .pool import BlockPool
-from .sampler import Sampler
+from .sampler import Sampled, Sampler
 from .scheduler import ScheduledStep
 
 
 @dataclass(frozen=True)
 class Launched:
-    """A step on its way: its sampled tokens (one per sampling row, lazy),
-    what its attention launches did (the decode rows', the prefill chunk's),
+    """A step on its way: its sampled tokens (one per sampling row, lazy, with
+    their log-probabilities when a row asked), what its attention launches did (the decode rows', the prefill chunk's),
     and when its graph was built (what follows is MLX's: encoding the
     kernels, on the CPU running all but the last few of them)."""
 
-    tokens: mx.array
+    sampled: Sampled
     outcomes: tuple[DecodeOutcome, ...]
     built: float    # perf_counter when the graph was complete
+
+    @property
+    def tokens(self) -> mx.array:
+        return self.sampled.tokens
 
 
 class ModelRunner:
@@ -78,7 +82,8 @@ class ModelRunner:
             last = [len(decode) + batch.prefill_tokens - 1] if batch.finishes_prefill else []
             rows = mx.array(list(range(len(decode))) + last, dtype=mx.int32)
         logits = output_logits(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, rows)
-        sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
+        sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
+                   else Sampled(mx.zeros((0,), mx.int32)))
         if decode:
             outcomes.append(ctx.plan.outcome)     # after the layers: a launch that failed in one of them shows
         if seq is not None:
@@ -88,5 +93,5 @@ class ModelRunner:
         built = time.perf_counter()
         # The pool arrays are outputs of every step: evaluating them with the
         # tokens keeps each layer's write in place and the graph from growing.
-        mx.async_eval(sampled, self.pool.keys, self.pool.values)
+        mx.async_eval(*sampled.arrays, self.pool.keys, self.pool.values)
         return Launched(sampled, tuple(outcomes), built)
