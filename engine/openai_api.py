@@ -159,12 +159,20 @@ class CompletionRequest:
             offsets.append(offset)
             offset += len(text)
         return {"tokens": texts, "token_logprobs": [e.logprob for e in entries],
-                "top_logprobs": [{token_text(t): lp for t, lp in e.top} for e in entries], "text_offset": offsets}
+                "top_logprobs": [_by_text(e.top, token_text) for e in entries], "text_offset": offsets}
 
     def _with_ids(self, choice: dict, token_ids: list[int]) -> dict:
         if self.return_token_ids:
             choice["token_ids"] = token_ids
         return choice
+
+
+def _by_text(top: tuple[tuple[int, float], ...], token_text: TokenText) -> dict[str, float]:
+    """A completion's top tokens keyed by text; of two ids with one text, the likelier."""
+    by_text: dict[str, float] = {}
+    for token, logprob in top:
+        by_text.setdefault(token_text(token), logprob)
+    return by_text
 
 
 def _chat_logprob(text: str, logprob: float) -> dict:
