@@ -41,12 +41,25 @@ def api_key_from(api_key: str | None, api_key_file: Path | None) -> str | None:
     return api_key or None
 
 
-def configure_logging(debug: bool, stream=None, filename: str | None = None) -> None:
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(debug: bool) -> int:
+    """--debug, else MLXCEL_LOG_LEVEL (one of LOG_LEVELS), else INFO."""
+    if debug:
+        return logging.DEBUG
+    name = os.environ.get("MLXCEL_LOG_LEVEL", "INFO").upper()
+    if name not in LOG_LEVELS:
+        raise CliError(f"MLXCEL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {name!r}")
+    return getattr(logging, name)
+
+
+def configure_logging(level: int, stream=None, filename: str | None = None) -> None:
     handler = logging.FileHandler(filename) if filename else logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.setLevel(level)
     for noisy in ("httpx", "httpcore", "uvicorn.access", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -88,6 +101,7 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
     if system_prompt and shared_prefix_tokens:
         raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
     api_key = api_key_from(api_key, api_key_file)
+    level = log_level(debug)
     try:
         check_bind(host, api_key)
     except ValueError as err:
@@ -100,7 +114,9 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     with uv_socket:
-        configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
+        # The dashboard owns the terminal: its log goes to MLXCEL_LOG_FILE or nowhere; headless, to stderr
+        # unless MLXCEL_LOG_FILE names a file.
+        configure_logging(level, filename=os.environ.get("MLXCEL_LOG_FILE") or (None if headless else os.devnull))
         if notice:
             log.warning(notice)
 
