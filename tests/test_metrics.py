@@ -123,3 +123,19 @@ def test_periodic_engine_summary(make_engine, caplog):
         logger.tick()
     lines = [r.getMessage() for r in caplog.records if r.name == "mlxcel.stats"]
     assert len(lines) == 1 and "generation throughput" in lines[0] and "running: 0 reqs" in lines[0]
+
+
+def test_the_grafana_dashboard_queries_only_exported_series(served):
+    import json
+    import re
+    from pathlib import Path
+
+    base, engine, client = served
+    client.completions.create(model=TINY_MODEL_NAME, prompt="hi", max_tokens=2)
+    _, text = scrape(base)
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    dashboard = json.loads((Path(__file__).parents[1] / "docs/grafana/mlxcel.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    names = {n for e in exprs for n in re.findall(r"\b(?:mlxcel|process)_[a-z0-9_]+", e)}
+    assert len(exprs) >= 20 and len(names) >= 25
+    assert names <= exported, sorted(names - exported)
