@@ -132,8 +132,8 @@ class EngineMetrics:
         """Expose the engine's configuration, and its pool, prefix cache and
         queue, read at scrape time."""
         pool, config = engine.pool, engine.config
-        self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": str(engine.loaded.dtype),
-                        "kv_dtype": str(pool.geometry.dtype), "block_size": str(pool.block_size),
+        self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": _dtype_name(engine.loaded.dtype),
+                        "kv_dtype": _dtype_name(pool.geometry.dtype), "block_size": str(pool.block_size),
                         "num_blocks": str(pool.num_blocks),
                         "kv_cache_bytes": str(pool.num_blocks * pool.geometry.bytes_per_block),
                         "max_running": str(config.max_running),
@@ -152,6 +152,10 @@ class EngineMetrics:
             self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:
             self.cascade_failures.inc(launches)
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")   # "float32", as the CLI names it
 
 
 class _EngineCollector:

@@ -75,7 +75,8 @@ def tui():
 @tui.command()
 @click.argument("model", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind the HTTP server to.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on (0: any free one, printed at start).")
 @api_key_options("Bearer token every endpoint but /metrics demands; required to bind beyond loopback")
 @click.option("--no-host-check", is_flag=True,
               help="Without an API key, accept requests whatever their Host header names (behind a proxy, "
