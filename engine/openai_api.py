@@ -70,6 +70,13 @@ def number(body: dict, name: str, default, low: float, high: float, integer: boo
     return value
 
 
+def check_model(named, model: str) -> None:
+    """A request naming a model (None: it names none) must name the one served."""
+    if named is not None and named != model:
+        raise ApiError(404, f"model '{named}' does not exist; this server serves '{model}'", "model",
+                       "not_found_error")
+
+
 def _flag(body: dict, name: str) -> bool:
     value = body.get(name, False)
     if not isinstance(value, bool):
@@ -98,14 +105,12 @@ class CompletionRequest:
     def parse(cls, body: dict, *, chat: bool, model: str, limits: ServerLimits,
               vocab_size: int) -> "CompletionRequest":
         """Validate a JSON body; raises ApiError naming the first bad field."""
-        unknown = sorted(set(body) - (CHAT_FIELDS if chat else COMPLETION_FIELDS))
+        known = CHAT_FIELDS if chat else COMPLETION_FIELDS
+        unknown = sorted(k for k, v in body.items() if k not in known and v is not None)  # null asks for nothing
         if unknown:
             raise ApiError(400, f"'{unknown[0]}' is not a field this server supports on "
                                 f"{'/v1/chat/completions' if chat else '/v1/completions'}", unknown[0])
-        named = body.get("model")
-        if named is not None and named != model:
-            raise ApiError(404, f"model '{named}' does not exist; this server serves '{model}'",
-                           "model", "not_found_error")
+        check_model(body.get("model"), model)
         _refuse_unsupported(body, chat)
         options = body.get("stream_options") or {}
         return cls(chat=chat, prompt=_messages(body) if chat else _prompt(body),

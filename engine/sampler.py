@@ -80,7 +80,7 @@ class Sampler:
         if not wanted:
             return Sampled(tokens)
         chosen = mx.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
-        top = max(wanted)
+        top = min(max(wanted), logprobs.shape[-1])
         if top == 0:
             return Sampled(tokens, chosen)
         ids = mx.argpartition(-logprobs, kth=top - 1, axis=-1)[:, :top]

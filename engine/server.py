@@ -32,7 +32,7 @@ from .config import FIELDS as CASCADE_FIELDS
 from .config import ConfigError
 from .engine import Engine, EngineClosed
 from .limits import ServerLimits
-from .openai_api import ApiError, CompletionRequest, number
+from .openai_api import ApiError, CompletionRequest, check_model, number
 from .prompts import PromptEncoder
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
@@ -151,10 +151,7 @@ class OpenAIServer:
         return JSONResponse({"object": "list", "data": [self._model_card()]})
 
     async def model(self, request: Request) -> Response:
-        named = request.path_params["model_id"]
-        if named != self.model_name:
-            raise ApiError(404, f"model '{named}' does not exist; this server serves '{self.model_name}'",
-                           "model", "not_found_error")
+        check_model(request.path_params["model_id"], self.model_name)
         return JSONResponse(self._model_card())
 
     async def version(self, request: Request) -> Response:
@@ -178,10 +175,7 @@ class OpenAIServer:
         unknown = sorted(set(body) - {"model", "tokens"})
         if unknown:
             raise ApiError(400, f"'{unknown[0]}' is not a field /detokenize supports", unknown[0])
-        named = body.get("model")
-        if named is not None and named != self.model_name:
-            raise ApiError(404, f"model '{named}' does not exist; this server serves '{self.model_name}'",
-                           "model", "not_found_error")
+        check_model(body.get("model"), self.model_name)
         tokens = body.get("tokens")
         vocab = self.engine.vocab_size
         if not isinstance(tokens, list) or len(tokens) > self.limits.max_prompt_tokens or not all(

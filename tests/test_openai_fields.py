@@ -163,7 +163,8 @@ def test_completion_refusals(served, field, value):
 
 def test_no_op_forms_are_accepted(served):
     base, client = served
-    reply = ask(client, response_format={"type": "text"}, tool_choice="none", user="someone")
+    reply = ask(client, response_format={"type": "text"}, tool_choice="none", user="someone",
+                extra_body={"metadata": None, "tools": None})
     assert reply.choices[0].finish_reason in ("stop", "length")
 
 
