@@ -13,7 +13,7 @@ import click
 
 from mlxcel.engine.limits import ServerLimits
 
-from . import allocator, blas
+from mlxcel.engine import allocator, blas
 from .options import (CliError, api_key_options, cascade_options, debug_option, limit_options, model_options,
                       pool_options, session_options)
 from .workload import build_engine, served_model, start_sessions, system_prompt_text

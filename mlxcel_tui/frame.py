@@ -64,7 +64,7 @@ class HostProbe:
                             extra.get(EXTRA_MLX_PEAK), extra.get(EXTRA_BLAS))
         import mlx.core as mx
 
-        from . import blas
+        from mlxcel.engine import blas
 
         return HostInfo(self._process.memory_info().rss, self._process.cpu_percent(None),
                         mx.get_active_memory(), mx.get_peak_memory(), blas.describe())

@@ -75,7 +75,7 @@ def main(out: Path, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    from . import blas
+    from mlxcel.engine import blas
 
     blas.reexec_with_openblas()
     main()
