@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from mlxcel import kernels
 from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
 from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
@@ -55,8 +57,12 @@ class ModelRunner:
         positions = np.fromiter((s.num_cached_tokens for s in decode), np.int32, len(decode))
         blocks = [s.block_table[p // bs] for s, p in zip(decode, positions.tolist())]
         tokens = [last_tokens] if decode else []
+        ops = layer_ops()
         ctx = StepContext(self.pool, mx.array(positions), mx.array(blocks, dtype=mx.int32),
-                          mx.array(positions % bs), decode_rows=len(decode))
+                          mx.array(positions % bs), decode_rows=len(decode), ops=ops,
+                          # Only where every read of the pool takes q (what orders the store before the reads):
+                          # the fused decode kernels do, a prefill chunk's gather does not.
+                          store_in_kernel=seq is None and ops.stores_in_place and kernels.fused_takes(self.shape))
         outcomes = []
         if decode:
             ctx.decode_csr = self.csr_builder.build(tuple((s.id, s.table_version) for s in decode),
