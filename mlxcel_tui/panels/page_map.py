@@ -1,11 +1,12 @@
-"""Page-sharing map: every live sequence as a row of its KV pages.
+"""Page-sharing map: every live sequence as a row of its KV pages (queued
+ones below them, with no pages yet).
 
 A cell is one page (or, fitted to the width, a stated number of pages: then it
 shows its first page). Its colour is the page's refcount bucket, or magenta
 for the level-0 span of the last cascade plan on that plan's members; its
 glyph shows how full it is (a partial last page is a partial block) and ▐ marks
 a first page entered mid-page. Rows are ordered by sharing group so shared
-columns line up.
+columns line up (s picks another order) and / filters them.
 """
 
 from __future__ import annotations
