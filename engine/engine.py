@@ -44,6 +44,7 @@ log = logging.getLogger("mlxcel.engine")
 EventCallback = Callable[[Sequence, "int | None", "str | None"], None]
 
 RECENT_STEPS = 512
+TEXT_TOKENS = 32  # a snapshot's prompt head and latest text, in tokens each
 PROCESS = psutil.Process()  # this process, for the snapshot's `extra` figures
 
 
@@ -75,6 +76,7 @@ class InFlight:
     started: float          # perf_counter when the engine began scheduling it
     enqueued: float         # perf_counter when MLX took it
     rows: dict[int, int]    # sequence id -> its row in launched.tokens
+    kv_bytes_flat: int = 0  # KV bytes the decode rows' attention reads flat, all layers
 
 
 class Engine:
@@ -136,13 +138,16 @@ class Engine:
         with in `extra` this process's memory and CPU as read now, for viewers
         in other processes."""
         with self._state:
-            snapshot = self._build_snapshot()
+            snapshot, tokens = self._build_snapshot()
+        decode = self.tokenizer.decode
+        sequences = tuple(replace(view, prompt_head=decode(head), latest_text=decode(tail))
+                          for view, (head, tail) in zip(snapshot.sequences, tokens))
         extra = {**self.process_facts,
                  "process_rss_bytes": PROCESS.memory_info().rss,
                  "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
                  "mlx_active_memory_bytes": mx.get_active_memory(),
                  "mlx_peak_memory_bytes": mx.get_peak_memory()}
-        return replace(snapshot, extra=extra)
+        return replace(snapshot, sequences=sequences, extra=extra)
 
     # -- requests (any thread) ------------------------------------------
 
@@ -228,7 +233,9 @@ class Engine:
             self._last_decode = launched.outcomes[0]
             self._last_plan = self._plan_view(batch.decode, launched.outcomes[0])
         sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
-        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)})
+        flat = sum(len(seq.block_table) for seq in batch.decode) * self.pool.geometry.bytes_per_block
+        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)},
+                        flat)
 
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
         """Each row's input token: on the host, or the in-flight step's sampled one."""
@@ -355,7 +362,8 @@ class Engine:
         self._recent.append(StepRecord(self.step_count, batch.kind, seconds, len(batch.seqs),
                                        len(batch.decode) if batch.decode else batch.prefill_tokens,
                                        outcome.path, self.cascade.enabled, time.time(), host, device,
-                                       batch.prefill_tokens))
+                                       batch.prefill_tokens, inflight.kv_bytes_flat if batch.decode else 0,
+                                       outcome.kv_bytes_saved * self.loaded.num_layers if batch.decode else 0))
         if batch.kind == "decode":
             self.metrics.decode_step.observe(seconds)
             self.metrics.decode_step_host.observe(host)
@@ -368,16 +376,30 @@ class Engine:
         return PlanView(tuple(rows[m].id for m in outcome.plan.members), n, n * self.pool.block_size,
                         tuple(rows[outcome.plan.members[0]].block_table[:n]))
 
-    def _build_snapshot(self) -> EngineSnapshot:
+    def _sequence_view(self, seq: Sequence, now: float) -> SequenceView:
+        bs, pool = self.pool.block_size, self.pool
+        status = "prefilling" if seq is self.scheduler.prefilling else seq.status.value
+        submitted, first = seq.submitted_at, seq.first_token_at
+        ttft = first - submitted if first is not None and submitted is not None else None
+        after_first = seq.num_completion_tokens - 1
+        rate = after_first / (now - first) if first is not None and after_first > 0 and now > first else None
+        return SequenceView(seq.id, seq.label, status, len(seq), seq.num_prompt_tokens, seq.num_cached_tokens,
+                            tuple(seq.block_table), tuple(pool.refcount[b] for b in seq.block_table),
+                            0, (seq.num_cached_tokens - 1) % bs + 1 if seq.num_cached_tokens else 0,
+                            ttft_seconds=ttft, tokens_per_second=rate)
+
+    def _build_snapshot(self) -> tuple[EngineSnapshot, list[tuple[list[int], list[int]]]]:
+        """The snapshot, and each live sequence's prompt head and latest
+        completion tokens (decoded by the caller, outside the engine's lock)."""
         pool, bs = self.pool, self.pool.block_size
         sched = self.scheduler
         live = sched.holders
-        views = tuple(
-            SequenceView(s.id, s.label, s.status.value, len(s), s.num_prompt_tokens, s.num_cached_tokens,
-                         tuple(s.block_table), tuple(pool.refcount[b] for b in s.block_table),
-                         0, (s.num_cached_tokens - 1) % bs + 1 if s.num_cached_tokens else 0)
-            for s in live
-        )
+        now = time.perf_counter()
+        views = tuple(self._sequence_view(s, now) for s in live)
+        tokens = [(s.token_ids[:TEXT_TOKENS], s.completion_token_ids[-TEXT_TOKENS:]) for s in live]
+        with self._wake:  # requests submitted but not drained into the scheduler yet count as waiting
+            inbox = [seq for op, seq, _ in self._inbox if op == "add"]
+        queued = tuple(self._sequence_view(s, now) for s in [*sched.waiting, *inbox])
         outcome = self._last_decode
         stats = self.cache.stats()
         return EngineSnapshot(
@@ -394,8 +416,8 @@ class Engine:
             cascade=self.cascade.as_dict(),
             cascade_switches=tuple(self._switches),
             waiting=len(sched.waiting), running=len(live), preemptions=sched.num_preemptions,
-            paused=self.paused,
-        )
+            paused=self.paused, queued=queued,
+        ), tokens
 
     # -- the thread ---------------------------------------------------------
 

@@ -13,9 +13,9 @@ import click
 
 from mlxcel.engine.limits import ServerLimits
 
-from . import allocator, blas
+from mlxcel.engine import allocator, blas
 from .options import (CliError, api_key_options, cascade_options, debug_option, limit_options, model_options,
-                      pool_options, session_options)
+                      pool_options, record_option, session_options)
 from .workload import build_engine, served_model, start_sessions, system_prompt_text
 
 log = logging.getLogger("mlxcel")
@@ -87,10 +87,11 @@ def tui():
 @session_options
 @pool_options
 @limit_options
+@record_option
 @debug_option
 def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
           min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
-          max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, debug):
+          max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, record, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
     MODEL is a local model directory (an mlx-community conversion, say) or
@@ -101,6 +102,8 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
 
     if system_prompt and shared_prefix_tokens:
         raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
+    if record and headless:
+        raise click.UsageError("--record records what the dashboard reads: it needs the dashboard (no --headless)")
     api_key = api_key_from(api_key, api_key_file)
     level = log_level(debug)
     try:
@@ -142,10 +145,22 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
             engine, server, uv = start(StderrProgress())
             run_server(engine, server, uv, uv_socket)
         else:
-            run_dashboard(start, uv_socket, notice)
+            run_dashboard(start, uv_socket, notice, record)
 
 
-def run_dashboard(start, uv_socket, notice: str | None) -> None:
+def recorder_for(path: Path | None, description: str):
+    from .recording import Recorder
+    from .source import SourceError
+
+    if path is None:
+        return None
+    try:
+        return Recorder(path, description)
+    except SourceError as err:
+        raise CliError(str(err)) from None
+
+
+def run_dashboard(start, uv_socket, notice: str | None, record: Path | None = None) -> None:
     """The dashboard at once; the model is prepared (converted, loaded) and the
     server started behind it, the dashboard saying what is happening meanwhile."""
     from mlxcel.engine.listen import url_of
@@ -155,7 +170,8 @@ def run_dashboard(start, uv_socket, notice: str | None) -> None:
     from .source import EngineSource, StartingSource
 
     source = StartingSource()
-    app = DashboardApp(source, url=url_of(uv_socket), host=HostProbe(in_process=True), notice=notice)
+    app = DashboardApp(source, url=url_of(uv_socket), host=HostProbe(in_process=True), notice=notice,
+                       recorder=recorder_for(record, f"serve · {url_of(uv_socket)}"))
     running = {}
 
     def prepare() -> None:
@@ -197,20 +213,49 @@ def stop_serving(engine, server) -> None:
 
 
 @tui.command()
-@click.argument("url")
-@api_key_options("Bearer token for the server")
+@click.argument("urls", nargs=-1, required=True, metavar="URL [URL ...]")
+@api_key_options("Bearer token for the servers")
+@record_option
 @debug_option
-def attach(url, api_key, api_key_file, debug):
-    """Show the dashboard for a server already running at URL."""
+def attach(urls, api_key, api_key_file, record, debug):
+    """Show the dashboard for a server already running at URL; with several
+    URLs, the fleet view: one row per server, Enter opens its dashboard."""
     from .app import DashboardApp
+    from .fleet import FleetApp
     from .source import HttpSource, SourceError
 
-    source = HttpSource(url, api_key_from(api_key, api_key_file))
+    key = api_key_from(api_key, api_key_file)
+    sources = [HttpSource(url, key) for url in urls]
+    if len(sources) > 1:
+        if record:
+            raise click.UsageError("--record records one server's dashboard: give one URL")
+        FleetApp(sources, list(urls)).run()
+        return
     try:
-        source.snapshot()
+        sources[0].snapshot()
     except SourceError as err:
         raise CliError(str(err)) from None
-    DashboardApp(source, url=url).run()
+    DashboardApp(sources[0], url=urls[0], recorder=recorder_for(record, sources[0].description)).run()
+
+
+@tui.command()
+@click.argument("recording", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--start", type=click.IntRange(0), default=0, show_default=True,
+              help="The poll of the recording to begin at.")
+@click.option("--refresh", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
+              help="Seconds between two replayed polls (+ and - change it).")
+@debug_option
+def replay(recording, start, refresh, debug):
+    """Show a dashboard recorded with --record again, one poll at a time (read-only)."""
+    from .app import DashboardApp
+    from .recording import ReplaySource
+    from .source import SourceError
+
+    try:
+        source = ReplaySource(recording, start)
+    except SourceError as err:
+        raise CliError(str(err)) from None
+    DashboardApp(source, refresh=refresh).run()
 
 
 # -- mlxcel -----------------------------------------------------------------

@@ -58,6 +58,12 @@ def limit_options(f):
     return f
 
 
+def record_option(f):
+    return click.option("--record", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+                        metavar="FILE", help="Record every poll the dashboard reads to FILE (JSON lines, gzip "
+                                             "when it ends in .gz) for `mlxcel-tui replay FILE`.")(f)
+
+
 def debug_option(f):
     return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from . import blas
+from mlxcel.engine import blas
 from .frame import EXTRA_BLAS
 from .options import CliError
 

@@ -6,9 +6,15 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..frame import Frame, launches, sharing_groups
+from ..frame import Frame, launches, pending_switch, sharing_groups
 from . import format as fmt
 from .page_map import PLAN_COLOUR
+
+
+def member_names(snap: dict, members) -> str:
+    """Plan members by the ids the map's rows show; one no longer live says so."""
+    live = {s["id"] for s in snap["sequences"]}
+    return " ".join(f"#{m}" if m in live else f"#{m} (ended)" for m in members)
 
 
 class SubgroupsPanel(Widget):
@@ -25,18 +31,20 @@ class SubgroupsPanel(Widget):
         snap = f.snapshot
         cfg = snap["cascade"]
         state = ("ON", "bold " + fmt.CASCADE_ON) if cfg["enabled"] else ("OFF", "bold " + fmt.CASCADE_OFF)
-        lines = [Text.assemble("cascade ", state,
-                               f" · min shared pages {cfg['min_shared_pages']} · min members {cfg['min_members']}")]
-        plan = snap["plan"]
-        if plan:
-            ids = " ".join(f"#{m}" for m in plan["members"])
+        lines = [Text.assemble("cascade ", state, f" · min pages {cfg['min_shared_pages']} · "
+                                                  f"min members {cfg['min_members']}")]
+        pending = pending_switch(snap)
+        plan = None if pending else snap["plan"]
+        if pending:
+            lines.append(Text.assemble(("plan     ", "bold"), (pending, fmt.MUTED)))
+        elif plan:
             lines.append(Text.assemble(("plan     ", "bold"), (f"{len(plan['members'])} members", PLAN_COLOUR),
-                                       f" {ids}"))
+                                       f" {member_names(snap, plan['members'])}"))
             lines.append(Text(f"         {plan['shared_pages']} shared pages · {fmt.count(plan['shared_tokens'])}"
-                              " KV tokens read once per step"))
+                              " tokens read once a step"))
         else:
             lines.append(Text.assemble(("plan     ", "bold"), ("none on the last decode step", fmt.MUTED)))
-        if snap["decline_reason"]:
+        if snap["decline_reason"] and not pending:
             label = "planner  " if plan else "declined "
             lines.append(Text.assemble((label, "bold"), (snap["decline_reason"], "" if plan else fmt.WARN)))
         shared, members = f.means()
@@ -44,7 +52,7 @@ class SubgroupsPanel(Widget):
         lines.append(Text.assemble(
             ("means    ", "bold"),
             "no cascade launch yet" if shared is None else
-            f"{shared:,.1f} shared tokens · {members:.2f} members per launch ({fmt.count(n)} launches)"))
+            f"{shared:,.0f} tokens · {members:.2f} members a launch ({fmt.count(n)})"))
         groups = sharing_groups(snap["sequences"])
         lines.append(Text.assemble(
             ("sharing  ", "bold"),
