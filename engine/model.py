@@ -91,7 +91,9 @@ def load_model(path: str | Path, name: str | None = None, group: mx.distributed.
         raise ModelLoadError(f"could not load {path}: {err}") from err
     if group is not None:
         model.shard(group)
-    return on_pool(model, tokenizer, name or path.name, path, model_type)
+    loaded = on_pool(model, tokenizer, name or path.name, path, model_type)
+    mx.eval(model.parameters())   # what on_pool's layers leave lazy (embedding, last norm), on this thread
+    return loaded
 
 
 def check_shardable(path: Path, ranks: int) -> None:
