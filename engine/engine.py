@@ -429,15 +429,15 @@ class Engine:
 
     def _fail(self, message: str) -> None:
         """The ranks cannot go on: every request ends with finish reason 'error'
-        and no new one is taken (the process ends next). The lock is taken
-        with a timeout: the engine thread may be stuck holding it in MLX."""
+        and no new one is taken (the process ends next)."""
         log.error("tensor-parallel fault: %s", message)
         locked = self._state.acquire(timeout=1.0)
         try:
             with self._wake:
                 self._closed = True
-            if locked:
-                self._finish_all("error")
+            # Without the lock too: its holder waits inside MLX for a rank that is gone and will
+            # not return before the process ends, which is the moment after this.
+            self._finish_all("error")
         finally:
             if locked:
                 self._state.release()

@@ -83,7 +83,7 @@ def load_model(path: str | Path, name: str | None = None, group: mx.distributed.
     path = Path(path).expanduser().resolve()
     model_type = read_model_type(path)
     if group is not None:
-        check_shardable(path, group.size())
+        check_shardable(path, group.size(), name)
     try:
         # Lazy when sharding: each rank reads only the slices it keeps.
         model, tokenizer = mlx_lm.load(str(path), lazy=group is not None)
@@ -96,13 +96,14 @@ def load_model(path: str | Path, name: str | None = None, group: mx.distributed.
     return loaded
 
 
-def check_shardable(path: Path, ranks: int) -> None:
+def check_shardable(path: Path, ranks: int, name: str | None = None) -> None:
     """Refuse, with the reason, a model that cannot be split over ``ranks``
     ranks: its family has no ``shard()`` in mlx-lm, or its heads, KV heads,
     MLP width or quantization groups do not divide."""
     import importlib
 
     model_type = read_model_type(path)
+    name = name or path.name
     config = json.loads((path / "config.json").read_text())
     module = importlib.import_module(f"mlx_lm.models.{SUPPORTED_MODEL_TYPES[model_type]}")
     if not hasattr(module.Model, "shard"):
@@ -112,12 +113,12 @@ def check_shardable(path: Path, ranks: int) -> None:
     widths = {"attention heads": heads, "KV heads": kv_heads, "MLP width": config["intermediate_size"]}
     for what, count in widths.items():
         if ranks < 1 or count % ranks:
-            raise ModelLoadError(f"{path.name} cannot be split over {ranks} ranks: its {count} {what} "
+            raise ModelLoadError(f"{name} cannot be split over {ranks} ranks: its {count} {what} "
                                  f"do not divide by {ranks}")
     group_size = (config.get("quantization") or {}).get("group_size")
     for what, width in (("attention output", heads * head_dim), ("MLP width", config["intermediate_size"])):
         if group_size and (width // ranks) % group_size:
-            raise ModelLoadError(f"{path.name} cannot be split over {ranks} ranks: each rank's {what} slice "
+            raise ModelLoadError(f"{name} cannot be split over {ranks} ranks: each rank's {what} slice "
                                  f"({width // ranks}) is not a whole number of quantization groups ({group_size})")
 
 

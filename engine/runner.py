@@ -6,6 +6,7 @@ engine reads once the step has run."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -58,26 +59,33 @@ class ModelRunner:
         every position. Samples the decode rows, and the chunk's last token when
         it ends the prompt."""
         inputs = StepInputs.of(batch, settings)
-        if self.ranks is not None:
-            self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
-        hidden, outcomes = self.forward(inputs, last_tokens)
-        sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
-        logits = head_logits(self.loaded.model, hidden)
-        sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
-        built = time.perf_counter()
-        # The pool arrays are outputs of every step: evaluating them with the
-        # tokens keeps each layer's write in place and the graph from growing.
-        mx.async_eval(sampled, self.pool.keys, self.pool.values)
+        # Under tensor parallelism MLX may block here on a rank that stopped answering (async_eval waits
+        # once the stream holds enough work): the watchdog covers the whole launch.
+        with self.ranks.watch("a step to be enqueued") if self.ranks is not None else nullcontext():
+            if self.ranks is not None:
+                self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
+            hidden, last, outcomes = self.forward(inputs, last_tokens)
+            sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
+            logits = head_logits(self.loaded.model, hidden)
+            sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
+            built = time.perf_counter()
+            # The pool arrays are outputs of every step: evaluating them with the
+            # tokens keeps each layer's write in place and the graph from growing.
+            mx.async_eval(sampled, *([last] if self.ranks is not None else []), self.pool.keys, self.pool.values)
         return Launched(sampled, outcomes, built)
 
     def follow(self, inputs: StepInputs) -> None:
         """A rank other than 0: the same step from rank 0's inputs, its decode
         tokens from rank 0 inside the graph; nothing sampled."""
-        hidden, _ = self.forward(inputs, None)
-        mx.async_eval(hidden, self.pool.keys, self.pool.values)
+        _, last, _ = self.forward(inputs, None)
+        mx.async_eval(last, self.pool.keys, self.pool.values)   # the caller watches: it may block
 
-    def forward(self, inputs: StepInputs, last_tokens: mx.array | None) -> tuple[mx.array, tuple[DecodeOutcome, ...]]:
-        """The graph up to the last norm, on the rows that sample, and what its
+    def forward(self, inputs: StepInputs,
+                last_tokens: mx.array | None) -> tuple[mx.array, mx.array, tuple[DecodeOutcome, ...]]:
+        """The graph up to the last norm on the rows that sample; what every rank
+        must evaluate (under tensor parallelism the last norm on every row: its
+        last layer's collectives, which a middle prefill chunk's sampling rows
+        would leave out on rank 0 alone; else nothing more); and what its
         attention launches did (the decode rows', the prefill chunk's)."""
         bs = self.pool.block_size
         rows = inputs.decode_rows
@@ -106,11 +114,15 @@ class ModelRunner:
         if inputs.prefill_table is not None:
             last = [rows + inputs.prefill_rows - 1] if inputs.finishes_prefill else []
             sample_rows = mx.array(list(range(rows)) + last, dtype=mx.int32)
-        hidden = final_hidden(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, sample_rows)
+        every = self.ranks is not None and sample_rows is not None
+        hidden = final_hidden(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, None if every else sample_rows)
+        last = hidden
+        if every:
+            hidden = hidden[sample_rows]
         if rows:
             outcomes.append(ctx.plan.outcome)     # after the layers: a launch that failed in one of them shows
         if inputs.prefill_table is not None:
             outcomes.append(gather_outcome(1, inputs.prefill_rows))
         for outcome in outcomes:
             log_first_launch(outcome)
-        return hidden, tuple(outcomes)
+        return hidden, last, tuple(outcomes)

@@ -47,6 +47,7 @@ RANKS_ENV = "MLXCEL_TENSOR_PARALLEL"
 BACKEND_ENV = "MLXCEL_TP_BACKEND"
 TIMEOUT_ENV = "MLXCEL_RANK_TIMEOUT"
 DEFAULT_TIMEOUT = 15.0
+STARTUP_TIMEOUT = 600.0   # seconds the ranks wait for each other to load the model and start serving
 HEARTBEAT_SECONDS = 1.0
 FAULT_EXIT = 3         # the status a rank ends with on a fault
 FAULT_GRACE = 0.5      # seconds for the server to stream the error to its clients before the process ends
@@ -113,7 +114,8 @@ class Ranks:
         self._memory = [(0, 0)] * self.size     # bytes (active, peak) per rank, as of a recent message
         self._sent: deque[mx.array] = deque()   # rank 0's recent first messages, read once surely done
         self._last_message = time.monotonic()
-        self._waiting: tuple[str, float] | None = None   # what this rank waits for, and until when
+        self._waiting: tuple[str, float, float] | None = None   # what this rank waits for, until when, how long
+        self._started = False
         self._faulted = threading.Lock()
         threading.Thread(target=self._watch, name="mlxcel-rank-watchdog", daemon=True).start()
 
@@ -142,7 +144,7 @@ class Ranks:
             words += [pool.num_blocks, pool.block_size, POOL_DTYPES.index(pool.dtype)]
         else:
             words += [0, 0, 0]
-        with self.watch("every rank to load the model"):
+        with self.watch("every rank to load the model", STARTUP_TIMEOUT):
             table = np.array(mx.distributed.all_gather(mx.array(words, dtype=mx.int32)[None], group=self.group))
         for rank, row in enumerate(table):
             if tuple(row[:len(model_facts)]) != tuple(table[0][:len(model_facts)]):
@@ -150,17 +152,17 @@ class Ranks:
                                 f"({row[:len(model_facts)].tolist()} against {table[0][:len(model_facts)].tolist()})")
         num_blocks, block_size, dtype = table[0][len(model_facts):].tolist()
         self._last_message = time.monotonic()
+        self._started = False   # until the first message after this: rank 0 still sets its server up
         return PoolFacts(num_blocks, block_size, POOL_DTYPES[dtype])
 
     # -- rank 0 ---------------------------------------------------------------
 
     def send_step(self, inputs: StepInputs) -> None:
-        """Enqueue a step's inputs for the other ranks (nothing waits here)."""
+        """Enqueue a step's inputs for the other ranks (the caller watches)."""
         first = self._send(STEP, inputs.pack())
         self._sent.append(first)
         if len(self._sent) > 2:   # two steps back: it ran before the step whose tokens were read since
-            with self.watch("a step message to reach every rank"):
-                self._note_memory(self._sent.popleft())
+            self._note_memory(self._sent.popleft())
 
     def heartbeat(self) -> None:
         """Rank 0 idle: tell the other ranks it lives, about once a second."""
@@ -190,7 +192,7 @@ class Ranks:
 
     def receive(self) -> tuple[int, StepInputs | None]:
         """The next message from rank 0: (kind, the step's inputs for a STEP)."""
-        with self.watch("rank 0's next message"):
+        with self.watch("rank 0's next message", None if self._started else STARTUP_TIMEOUT):
             first = self._first_message(0, np.zeros(0, np.int32))
             words = np.array(first)
             self._note_memory(first)
@@ -200,6 +202,7 @@ class Ranks:
                 rest = mx.distributed.all_sum(mx.zeros((length - self._first_room,), mx.int32), group=self.group)
                 payload = np.concatenate([payload, np.array(rest)])
         self._last_message = time.monotonic()
+        self._started = True
         return kind, StepInputs.unpack(payload) if kind == STEP else None
 
     # -- both -----------------------------------------------------------------
@@ -233,10 +236,11 @@ class Ranks:
     # -- faults -----------------------------------------------------------------
 
     @contextmanager
-    def watch(self, what: str) -> Iterator[None]:
+    def watch(self, what: str, timeout: float | None = None) -> Iterator[None]:
         """Wait for the other ranks under the watchdog: a fault if it takes
-        longer than the timeout or the collective fails."""
-        self._waiting = (what, time.monotonic() + self.timeout)
+        longer than the timeout (the rank timeout unless given) or the collective fails."""
+        timeout = timeout or self.timeout
+        self._waiting = (what, time.monotonic() + timeout, timeout)
         try:
             yield
         except RuntimeError as err:   # MLX's backends raise RuntimeError when a peer is lost
@@ -250,7 +254,7 @@ class Ranks:
             waiting = self._waiting
             if waiting is not None and time.monotonic() > waiting[1]:
                 self.fault(f"rank {self.rank} of {self.size}: no answer from the other ranks for "
-                           f"{self.timeout:g} s while waiting for {waiting[0]}: a rank has hung or died")
+                           f"{waiting[2]:g} s while waiting for {waiting[0]}: a rank has hung or died")
 
     def fault(self, message: str) -> None:
         """End this process with one error line (once, whichever thread sees it first)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,10 +33,32 @@ STOP_GRACE = 20.0   # seconds the ranks get to stop after an interrupt before th
 
 
 def launch_command(prog: str, args: list[str], ranks: int, backend: str) -> list[str]:
-    """mlx.launch running ``prog args`` as ``ranks`` ranks on this machine."""
+    """mlx.launch running ``prog args`` as ``ranks`` ranks on this machine, on
+    free ports (its defaults would collide with a second launch)."""
     entry = f"from mlxcel_tui.cli import {ENTRY[prog]}; {ENTRY[prog]}()"
-    return [sys.executable, "-c", LAUNCHER, "--backend", backend, "-n", str(ranks), "--",
+    ports = ["--nccl-port", str(free_ports(1))] if backend == "nccl" else ["--starting-port", str(free_ports(ranks))]
+    return [sys.executable, "-c", LAUNCHER, "--backend", backend, "-n", str(ranks), *ports, "--",
             sys.executable, "-c", entry, *args]
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports free on the loopback now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count <= 65535 and all(_free(port) for port in range(first, first + count)):
+            return first
+    raise OSError(f"found no {count} consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def rank_env(ranks: int, backend: str) -> dict[str, str]:

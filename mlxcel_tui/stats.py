@@ -11,9 +11,10 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from .frame import EXTRA_BLAS
-from .options import CliError, cascade_options, debug_option, model_options
+from .options import CliError, cascade_options, debug_option, model_options, parallel_options
 from .source import HttpSource, SourceError, samples_dict
-from .workload import build_engine, served_model, start_sessions, system_prompt_text
+from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
+                       system_prompt_text)
 
 
 def snapshot_summary(snap: dict) -> dict:
@@ -46,6 +47,7 @@ def snapshot_summary(snap: dict) -> dict:
         "step_host_p50_ms": _ms(snap.get("host_p50_seconds")),
         "step_device_p50_ms": _ms(snap.get("device_p50_seconds")),
         "tokens_per_second": round(snap["tokens_per_second"], 2),
+        "tensor_parallel": snap.get("tensor_parallel"),
     }
 
 
@@ -107,7 +109,7 @@ def read_server(source: HttpSource):
 
 
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
-                 min_members, kv_blocks, dtype="auto"):
+                 min_members, kv_blocks, dtype="auto", ranks=None):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
     from .progress import StderrProgress
 
@@ -115,7 +117,7 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, dtype=dtype,
-                          progress=StderrProgress())
+                          progress=StderrProgress(), ranks=ranks)
     prompt = system_prompt_text(engine, None, shared_prefix_tokens)
     manager = start_sessions(engine, sessions, prompt, max_tokens, turns=turns)
     total = sessions * turns * max_tokens
@@ -158,14 +160,17 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
 @click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks for --run.")
 @cascade_options
 @model_options
+@parallel_options
 @debug_option
 def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
-          cascade, min_shared_pages, min_members, dtype, debug):
+          cascade, min_shared_pages, min_members, dtype, tensor_parallel, backend, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
     if (url is None) == (run_model is None):
         raise click.UsageError("give exactly one of --url URL or --run [MODEL]")
     if watch is not None and url is None:
         raise click.UsageError("--watch needs --url")
+    if tensor_parallel is not None and url is not None:
+        raise click.UsageError("--tensor-parallel goes with --run")
     if url is not None:
         source = HttpSource(url, api_key)
         try:
@@ -183,8 +188,16 @@ def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, m
 
     from .source import EngineSource
 
+    ranks = join_ranks(tensor_parallel, backend)
+    if ranks is None and tensor_parallel is not None:
+        from .launch import launch_ranks
+
+        check_ranks(run_model or None, dtype, tensor_parallel)
+        return launch_ranks("mlxcel", sys.argv[1:], tensor_parallel, backend)
+    if ranks is not None and not ranks.is_leader:
+        return follow_as_rank(run_model or None, dtype, ranks)
     engine, manager, peak = run_workload(run_model or None, sessions, shared_prefix_tokens, max_tokens, turns,
-                                         cascade, min_shared_pages, min_members, kv_blocks, dtype)
+                                         cascade, min_shared_pages, min_members, kv_blocks, dtype, ranks)
     source = EngineSource(engine, manager)
     summary_snap = source.snapshot()
     # The storage figure is read at the busiest step: at the end every page is released.
@@ -193,3 +206,4 @@ def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, m
     per_session = [{**s.as_dict(), "completions": s.completions} for s in manager.sessions]
     emit(fmt, source.metrics(), summary_snap, generate_latest(engine.metrics.registry).decode(),
          per_session)
+    engine.shutdown()   # under tensor parallelism: the other ranks stop

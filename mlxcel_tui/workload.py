@@ -82,9 +82,9 @@ def check_ranks(model: str | None, dtype: str, ranks: int, progress=None) -> Non
     """Refuse before anything starts a model that cannot be split over ``ranks`` ranks."""
     from mlxcel.engine.model import ModelLoadError, check_shardable
 
-    path, _ = model_path(model, None if dtype == "auto" else dtype, progress)
+    path, name = model_path(model, None if dtype == "auto" else dtype, progress)
     try:
-        check_shardable(path.expanduser().resolve(), ranks)
+        check_shardable(path.expanduser().resolve(), ranks, name)
     except ModelLoadError as err:
         raise CliError(str(err)) from err
 
