@@ -37,8 +37,11 @@ import gpu_e2e_bench as e2e
 from gpu_timeline import complete_events, union_length
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, load_model
+from mlxcel.kernels.layer_ops import LAYER_OPS_ENV
 
 ARMS = {"cascade": True, "flat": False}
+# --compare-layer-ops adds these: the same steps with the layer ops as MLX's own ops (layer_ops.COMPOSED).
+COMPOSED_ARMS = {"cascade_composed": True, "flat_composed": False}
 
 
 def copy_bandwidth(mib: int) -> float:
@@ -161,7 +164,7 @@ def table(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     """The arms' table, the token check and each arm's kernels, from a report (step_profile.json)."""
-    text = table(report) + f"\n\ncascade vs flat tokens: {json.dumps(report['arms_agree'])}\n"
+    text = table(report) + f"\n\ntokens against the cascade arm's: {json.dumps(report['arms_agree'])}\n"
     for name, arm in report["arms"].items():
         if arm.get("kernels_by_name_per_step"):
             text += f"\n{name}, kernels per step (count, GPU ms):\n\n" + "\n".join(
@@ -184,6 +187,8 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=10)
     parser.add_argument("--skip-steps", type=int, default=8, help="full-batch steps before the window opens")
     parser.add_argument("--copy-mib", type=int, default=1024)
+    parser.add_argument("--compare-layer-ops", action="store_true",
+                        help=f"also run each arm with {LAYER_OPS_ENV}=composed (MLX's ops for the layer ops)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -194,14 +199,17 @@ def main() -> None:
               "mlx_graph_limits": {k: os.environ.get(k) for k in e2e.MLX_GRAPH_LIMITS},
               "shared": args.shared, "new_tokens": args.new_tokens,
               "copy_bandwidth_Bps": copy_bandwidth(args.copy_mib), "weight_bytes": weight_bytes(loaded), "arms": {}}
-    for name, cascade in ARMS.items():
+    arms = {**ARMS, **COMPOSED_ARMS} if args.compare_layer_ops else ARMS
+    for name, cascade in sorted(arms.items(), key=lambda arm: not arm[1]):    # the cascade arms side by side
+        os.environ[LAYER_OPS_ENV] = "composed" if name.endswith("_composed") else ""
         report["arms"][name] = profile_arm(loaded, batch, args, cascade, report["copy_bandwidth_Bps"],
                                            report["weight_bytes"])
         print(name, json.dumps({k: v for k, v in report["arms"][name].items() if not k.endswith("each")
                                 and k != "tokens"}), flush=True)
-    tokens = [arm.pop("tokens") for arm in report["arms"].values()]
-    report["arms_agree"] = e2e.agreement(*tokens)
-    report["distinct_tokens"] = len({t for row in tokens[0] for t in row})
+    tokens = {name: arm.pop("tokens") for name, arm in report["arms"].items()}
+    report["arms_agree"] = {name: e2e.agreement(tokens["cascade"], row_tokens)
+                            for name, row_tokens in tokens.items() if name != "cascade"}
+    report["distinct_tokens"] = len({t for row in tokens["cascade"] for t in row})
     (args.out / "step_profile.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
     (args.out / "step_profile.md").write_text(text)

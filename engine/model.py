@@ -11,7 +11,10 @@ but run the engine's step:
   array), so decode rows of different lengths and a prefill chunk share
   every matmul of one forward pass;
 - each layer writes its new K/V into the pool and reads through the paged
-  kernels, as the step's context (set once by the runner) says.
+  kernels, as the step's context (set once by the runner) says;
+- the forward pass is the engine's own (``hidden_states``), so the residual
+  add and the next norm are one op, and the q/k/v split, q/k norms and rope
+  another (``mlxcel.kernels.layer_ops``: one launch each on CUDA).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
 
 from mlxcel.kernels import PagedCsrView
+from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import paged_prefill_attention
 from .decode_plan import DecodePlan
@@ -54,6 +58,12 @@ class LoadedModel:
     dtype: mx.Dtype      # the activations' dtype
     scale: float         # attention's softmax scale
     vocab_size: int
+
+    def set_dtype(self, dtype: mx.Dtype) -> None:
+        """Cast the float weights (quantized ones stay quantized); the activations follow."""
+        self.model.set_dtype(dtype)
+        attn = self.model.layers[0].self_attn
+        self.dtype = activation_dtype(attn.qkv_proj if "qkv_proj" in attn else attn.q_proj)
 
 
 def read_model_type(path: Path) -> str:
@@ -175,33 +185,25 @@ class PagedAttention(nn.Module):
         fused = fuse_linears(projections)
         if fused is not None:
             self.qkv_proj = fused
-            q_width, kv_width = self.n_heads * head_dim, self.n_kv_heads * head_dim
-            self.splits = [q_width, q_width + kv_width]
         else:
             self.q_proj, self.k_proj, self.v_proj = projections
         self.o_proj = attn.o_proj
         if "q_norm" in attn:  # Qwen3 normalizes each head's q and k
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         self.rope = attn.rope
-
-    def projections(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        if "qkv_proj" in self:
-            return tuple(mx.split(self.qkv_proj(x), self.splits, axis=-1))
-        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, self.rope,
+                               self.get("q_norm"), self.get("k_norm"))
 
     def __call__(self, x: mx.array, mask: Any = None, cache: "StepContext | None" = None) -> mx.array:
         if not isinstance(cache, StepContext):
             raise TypeError("the engine's model layers run only inside an engine step")
         rows = x.shape[0]                                     # one token per row: [T, 1, hidden]
-        q, k, v = self.projections(x)
-        q = q.reshape(rows, 1, self.n_heads, self.head_dim)
-        k = k.reshape(rows, 1, self.n_kv_heads, self.head_dim)
-        v = v.reshape(rows, self.n_kv_heads, self.head_dim)
-        if "q_norm" in self:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = self.rope(q.transpose(0, 2, 1, 3), offset=cache.positions)[:, :, 0]   # [T, Hq, D]
-        k = self.rope(k.transpose(0, 2, 1, 3), offset=cache.positions)[:, :, 0]
-        cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
+        if "qkv_proj" in self:
+            q, k, v = cache.ops.split_heads(self.heads, self.qkv_proj(x), cache.positions, cache.slots(self.layer))
+        else:
+            q, k, v = self.heads.rotate(self.q_proj(x), self.k_proj(x), self.v_proj(x), cache.positions)
+        if k is not None:     # else the kernel stored them (layer_ops: the pool written in place)
+            cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
         o = cache.attend(self.layer, q, self.scale)
         return self.o_proj(o.reshape(rows, 1, self.n_heads * self.head_dim))
 
@@ -244,6 +246,13 @@ class StepContext:
     decode_csr: PagedCsrView | None = None
     plan: DecodePlan | None = None
     prefill_csr: PagedCsrView | None = None
+    ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
+    store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
+
+    def slots(self, layer: int) -> PoolSlots | None:
+        if not self.store_in_kernel:
+            return None
+        return PoolSlots(self.pool.keys[layer], self.pool.values[layer], self.slot_blocks, self.slot_offsets)
 
     def make_mask(self, *args, **kwargs) -> None:
         return None  # mlx-lm asks its cache for a mask; the paged kernels mask by page table
@@ -262,9 +271,29 @@ class StepContext:
         return parts[0] if len(parts) == 1 else mx.concatenate(parts)
 
 
+def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.array:
+    """The final norm's output [T, 1, hidden]: mlx-lm's pre-norm decoder
+    (Llama, Mistral, Qwen2 and Qwen3 alike) with each residual add folded
+    into the norm that follows it."""
+    inner, ops = model.model, ctx.ops
+    h = inner.embed_tokens(tokens)
+    residual = None
+    for layer in inner.layers:
+        norm = layer.input_layernorm
+        if residual is None:
+            residual, x = h, norm(h)
+        else:
+            residual, x = ops.add_rms_norm(residual, h, norm.weight, norm.eps)
+        h = layer.self_attn(x, cache=ctx)
+        norm = layer.post_attention_layernorm
+        residual, x = ops.add_rms_norm(residual, h, norm.weight, norm.eps)
+        h = layer.mlp(x)
+    return ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
+
+
 def output_logits(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:
     """Logits [len(rows), vocab] of the given token rows (all when None): the
-    model's last norm and head run only on the rows that sample."""
+    model's head runs only on the rows that sample."""
     return head_logits(model, final_hidden(model, tokens, ctx, rows))
 
 
@@ -272,7 +301,7 @@ def final_hidden(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.
     """The last norm's output [len(rows), hidden] (all rows when None): what
     a tensor-parallel rank that samples nothing evaluates (every layer's
     collectives are upstream of it)."""
-    hidden = model.model(tokens, cache=[ctx] * len(model.layers))[:, 0]
+    hidden = hidden_states(model, tokens, ctx)[:, 0]
     return hidden if rows is None else hidden[rows]
 
 

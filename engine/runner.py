@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from mlxcel import kernels
 from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
 from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
@@ -94,8 +96,13 @@ class ModelRunner:
         tokens = []
         if rows:
             tokens.append(self.ranks.share_tokens(last_tokens, rows) if self.ranks is not None else last_tokens)
+        ops = layer_ops()
         ctx = StepContext(self.pool, mx.array(positions), mx.array(blocks, dtype=mx.int32),
-                          mx.array(positions % bs), decode_rows=rows)
+                          mx.array(positions % bs), decode_rows=rows, ops=ops,
+                          # Only where every read of the pool takes q (what orders the store before the reads):
+                          # the fused decode kernels do, a prefill chunk's gather does not.
+                          store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
+                                           and kernels.fused_takes(self.shape)))
         outcomes = []
         if rows:
             ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1)

@@ -23,7 +23,7 @@ from .shape import AttentionShape
 __all__ = [
     "AttentionShape", "CsrBuilder", "HostCsr", "PagedCsrView", "PageStructure", "host_csr",
     "paged_attention_partial", "prepare_partial", "prepare_cascade", "merge_states", "prepare_merge",
-    "cascade_decline", "backend", "backend_name",
+    "cascade_decline", "fused_takes", "backend", "backend_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,13 @@ def prepare_cascade(shape: AttentionShape, rows: int, shared: PagedCsrView, priv
     if not hasattr(module, "prepare_cascade") or not module.takes(shape):
         return None
     return module.prepare_cascade(shape, rows, shared, private, members)
+
+
+def fused_takes(shape: AttentionShape) -> bool:
+    """Whether a fused backend runs this shape's decode launches (each of its
+    kernels reads q and the pool together)."""
+    module = backend()
+    return hasattr(module, "takes") and module.takes(shape)
 
 
 def cascade_decline(shape: AttentionShape, shared_pages: int, members: int) -> str | None:

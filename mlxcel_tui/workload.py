@@ -104,7 +104,7 @@ def load_served_model(model: str | None, dtype: str | None, progress, stage, ran
     if dtype:
         import mlx.core as mx
 
-        loaded.model.set_dtype(getattr(mx, dtype))  # float parameters only; quantized weights stay as they are
+        loaded.set_dtype(getattr(mx, dtype))  # float parameters only; quantized weights stay as they are
     return loaded
 
 

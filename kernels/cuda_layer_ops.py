@@ -1,0 +1,244 @@
+"""CUDA spelling of the layer ops (``layer_ops``), one launch each.
+
+add_rms_norm: one block per row; each thread loads its strided elements,
+adds them (rounded to the activations' dtype, as MLX's add is) and keeps the
+sums in registers, writes them, and after the block's sum of squares writes
+their norm.
+
+split_heads: one warp per (row, head) of the fused q/k/v output, D/32
+contiguous elements a lane; k and v rows go to the k/v outputs or straight
+into the pool's slots (the pool's buffer is written in place: layer_ops says
+why and what orders it). A q or k head is normalized (warp sum of
+squares; the result rounded to the dtype, as MLX's rms_norm returns it),
+then roped in float32: the half-split layout pairs lane l with lane l ^ 16,
+the traditional one pairs neighbours inside a lane. The angle is reduced
+modulo 2 pi before sincosf so that positions of long contexts keep their
+accuracy whatever math flags the compiler gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import mlx.core as mx
+
+from .cuda import make_kernel
+from .fused import compact_source
+from .layer_ops import ComposedOps, HeadSplit, PoolSlots
+
+THREADS = 256
+MAX_PER_THREAD = 64       # a row's elements a thread keeps in registers (widths up to 16384)
+ELEMENT_DTYPES = (mx.bfloat16, mx.float16, mx.float32)
+MAX_HEAD_DIM = 256
+
+LIBRARY = r"""
+namespace mlxcel_layer {
+
+__device__ __forceinline__ float warp_sum(float v) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T, typename TW, int THREADS, int PER, int EPS_BITS, typename S>
+__device__ __forceinline__ void add_rms_norm(const T* residual, const S& residual_shape, const T* delta,
+                                             const TW* weight, T* out_sum, T* out_norm) {
+  __shared__ float partial[THREADS / 32];
+  const int width = residual_shape[1];
+  const size_t base = size_t(blockIdx.x) * width;
+  // Every load first (PER independent pairs in flight), then the stores.
+  float sum[PER];
+  float squares = 0.f;
+  #pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    sum[j] = i < width ? static_cast<float>(static_cast<T>(static_cast<float>(residual[base + i]) +
+                                                           static_cast<float>(delta[base + i])))
+                       : 0.f;
+    squares += sum[j] * sum[j];
+  }
+  #pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    if (i < width) out_sum[base + i] = static_cast<T>(sum[j]);
+  }
+  squares = warp_sum(squares);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0.f;
+  #pragma unroll
+  for (int w = 0; w < THREADS / 32; ++w) total += partial[w];
+  const float inv = rsqrtf(total / width + __int_as_float(EPS_BITS));
+  #pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    if (i < width) out_norm[base + i] = static_cast<T>(static_cast<float>(weight[i]) * (sum[j] * inv));
+  }
+}
+
+// x - k 2 pi in two steps (Cody-Waite): 6.28125 has few bits, so k * 6.28125 is exact.
+__device__ __forceinline__ float reduce_angle(float x) {
+  const float k = rintf(x * 0.15915494309189535f);
+  return fmaf(-k, 1.9353071795864769e-3f, fmaf(-k, 6.28125f, x));
+}
+
+template <typename T, typename TW, typename TP, int D, int HQ, int HKV, bool NORM, bool TRADITIONAL, bool STORE,
+          int BLOCK, int EPS_BITS, int SCALE_BITS, typename S>
+__device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, const TW* q_weight,
+                                            const TW* k_weight, const int32_t* positions, const float* inv_freq,
+                                            const int32_t* slot_blocks, const int32_t* slot_offsets,
+                                            const TP* k_pool, const TP* v_pool, T* q_out, TP* k_out, TP* v_out) {
+  constexpr int VEC = D / 32;
+  constexpr int HEADS = HQ + 2 * HKV;
+  const int rows = qkv_shape[0];
+  const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= size_t(rows) * HEADS) return;          // whole warps leave together
+  const int row = item / HEADS, head = item % HEADS;
+  const T* src = qkv + item * D + lane * VEC;
+  const bool is_q = head < HQ, is_v = head >= HQ + HKV;
+  const int kv_head = is_v ? head - HQ - HKV : head - HQ;
+  // K and V rows: the pool's slot (the pool is written in place: see layer_ops) or the k/v outputs.
+  TP* kv_dst = nullptr;
+  if (!is_q) {
+    TP* base = STORE ? const_cast<TP*>(is_v ? v_pool : k_pool) : (is_v ? v_out : k_out);
+    const size_t slot = STORE ? size_t(slot_blocks[row]) * BLOCK + slot_offsets[row] : size_t(row);
+    kv_dst = base + (slot * HKV + kv_head) * D + lane * VEC;
+  }
+  if (is_v) {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) kv_dst[k] = static_cast<TP>(static_cast<float>(src[k]));
+    return;
+  }
+  float x[VEC];
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) x[k] = static_cast<float>(src[k]);
+  if (NORM) {
+    float squares = 0.f;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) squares += x[k] * x[k];
+    const float inv = rsqrtf(warp_sum(squares) / D + __int_as_float(EPS_BITS));
+    const TW* w = (is_q ? q_weight : k_weight) + lane * VEC;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) x[k] = static_cast<float>(static_cast<T>(static_cast<float>(w[k]) * (x[k] * inv)));
+  }
+  const float position = static_cast<float>(positions[row]) * __int_as_float(SCALE_BITS);
+  float y[VEC];
+  if (TRADITIONAL) {                                  // pairs (2j, 2j + 1), inside the lane
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      float s, c;
+      sincosf(reduce_angle(position * inv_freq[(lane * VEC + k) / 2]), &s, &c);
+      y[k] = x[k] * c - x[k + 1] * s;
+      y[k + 1] = x[k] * s + x[k + 1] * c;
+    }
+  } else {                                            // pairs (j, j + D/2): lanes l and l ^ 16
+    const bool low = lane < 16;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float other = __shfl_xor_sync(0xffffffffu, x[k], 16);
+      float s, c;
+      sincosf(reduce_angle(position * inv_freq[(lane % 16) * VEC + k]), &s, &c);
+      y[k] = low ? x[k] * c - other * s : other * s + x[k] * c;
+    }
+  }
+  if (is_q) {
+    T* dst = q_out + (size_t(row) * HQ + head) * D + lane * VEC;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) dst[k] = static_cast<T>(y[k]);
+  } else {
+    // Rounded to the activations' dtype first, as the rope's output is before the pool's cast.
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) kv_dst[k] = static_cast<TP>(static_cast<float>(static_cast<T>(y[k])));
+  }
+}
+
+}  // namespace mlxcel_layer
+"""
+
+ADD_RMS_NORM_CALL = ("mlxcel_layer::add_rms_norm<T, TW, THREADS, PER, EPS_BITS>(residual, residual_shape, delta, "
+                     "weight, out_sum, out_norm);")
+SPLIT_HEADS_CALL = ("mlxcel_layer::split_heads<T, TW, T, D, HQ, HKV, NORM, TRADITIONAL, false, 1, EPS_BITS, "
+                    "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, (const int32_t*)nullptr, "
+                    "(const int32_t*)nullptr, (const T*)nullptr, (const T*)nullptr, q_out, k_out, v_out);")
+SPLIT_HEADS_STORE_CALL = ("mlxcel_layer::split_heads<T, TW, TP, D, HQ, HKV, NORM, TRADITIONAL, true, BLOCK, EPS_BITS, "
+                          "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, slot_blocks, "
+                          "slot_offsets, k_pool, v_pool, q_out, (TP*)nullptr, (TP*)nullptr);")
+SPLIT_INPUTS = ["qkv", "q_weight", "k_weight", "positions", "inv_freq"]
+STORE_INPUTS = SPLIT_INPUTS + ["slot_blocks", "slot_offsets", "k_pool", "v_pool"]
+
+
+def float_bits(value: float) -> int:
+    """A float32 as a template int (the kernels read it back with __int_as_float)."""
+    return struct.unpack("<i", struct.pack("<f", float(value)))[0]
+
+
+def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: str):
+    # The digest names the kernel: MLX caches compiled kernels by name.
+    digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
+    return make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, call, compact_source(LIBRARY), 0)
+
+
+class CudaOps(ComposedOps):
+    """The fused kernels where they take the arrays, MLX's ops elsewhere."""
+
+    stores_in_place = True
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, object] = {}
+
+    def _kernel(self, kind: str, inputs: list[str], outputs: list[str], call: str):
+        kernel = self._kernels.get(kind)
+        if kernel is None:
+            kernel = self._kernels[kind] = make_layer_kernel(kind, inputs, outputs, call)
+        return kernel
+
+    def add_rms_norm(self, residual: mx.array, delta: mx.array, weight: mx.array,
+                     eps: float) -> tuple[mx.array, mx.array]:
+        shape, width = residual.shape, residual.shape[-1]
+        per_thread = -(-width // THREADS)
+        if (residual.dtype not in ELEMENT_DTYPES or delta.dtype != residual.dtype or weight.ndim != 1
+                or per_thread > MAX_PER_THREAD):
+            return super().add_rms_norm(residual, delta, weight, eps)
+        rows = residual.size // width
+        kernel = self._kernel("add_rms_norm", ["residual", "delta", "weight"], ["out_sum", "out_norm"],
+                              ADD_RMS_NORM_CALL)
+        total, normed = kernel(
+            inputs=[residual.reshape(rows, width), delta.reshape(rows, width), weight],
+            template=[("T", residual.dtype), ("TW", weight.dtype), ("THREADS", THREADS), ("PER", per_thread),
+                      ("EPS_BITS", float_bits(eps))],
+            grid=(rows * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+            output_shapes=[(rows, width), (rows, width)], output_dtypes=[residual.dtype, residual.dtype])
+        return total.reshape(shape), normed.reshape(shape)
+
+    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        d = heads.head_dim
+        if (heads.frequencies is None or qkv.dtype not in ELEMENT_DTYPES or d % 32 or d > MAX_HEAD_DIM
+                or (heads.frequencies[2] and d % 64)                   # traditional pairs stay inside a lane
+                or (slots is not None and slots.keys.dtype not in ELEMENT_DTYPES)):
+            return super().split_heads(heads, qkv, positions, slots)
+        inv_freq, position_scale, traditional = heads.frequencies
+        rows, hq, hkv = qkv.shape[0], heads.n_heads, heads.n_kv_heads
+        norm = heads.q_norm is not None
+        weights = (heads.q_norm.weight, heads.k_norm.weight) if norm else (inv_freq, inv_freq)  # unread without norms
+        template = [("T", qkv.dtype), ("TW", weights[0].dtype), ("D", d), ("HQ", hq), ("HKV", hkv),
+                    ("NORM", norm), ("TRADITIONAL", traditional),
+                    ("EPS_BITS", float_bits(heads.q_norm.eps if norm else 0.0)),
+                    ("SCALE_BITS", float_bits(position_scale))]
+        inputs = [qkv.reshape(rows, -1), *weights, positions.astype(mx.int32), inv_freq]
+        launch = dict(grid=(-(-rows * (hq + 2 * hkv) // 4) * 128, 1, 1), threadgroup=(128, 1, 1))
+        if slots is None:
+            q, k, v = self._kernel("split_heads", SPLIT_INPUTS, ["q_out", "k_out", "v_out"], SPLIT_HEADS_CALL)(
+                inputs=inputs, template=template, output_shapes=[(rows, hq, d), (rows, hkv, d), (rows, hkv, d)],
+                output_dtypes=[qkv.dtype] * 3, **launch)
+            return q, k, v
+        q, = self._kernel("split_heads_store", STORE_INPUTS, ["q_out"], SPLIT_HEADS_STORE_CALL)(
+            inputs=inputs + [slots.blocks, slots.offsets, slots.keys, slots.values],
+            template=template + [("TP", slots.keys.dtype), ("BLOCK", slots.keys.shape[1])],
+            output_shapes=[(rows, hq, d)], output_dtypes=[qkv.dtype], **launch)
+        return q, None, None
+
+
+CUDA_OPS = CudaOps()

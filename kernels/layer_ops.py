@@ -1,0 +1,127 @@
+"""A decoder layer's small ops, each one launch where a fused kernel exists.
+
+On MLX's CUDA backend every launch costs the host several microseconds of
+encoding, and a decode step of an 8B model is host-bound at ~800 launches,
+so the ops around the matmuls and the attention are fused:
+
+- ``add_rms_norm``: the residual add and the next RMS norm (two launches in
+  mlx-lm's block) in one kernel writing both the sum and its norm;
+- ``split_heads``: the fused q/k/v projection's output split into heads, q
+  and k RMS-normalized per head (Qwen3) and roped at each row's position
+  (``HeadSplit``), and k and v stored into the pool's slots (up to eight
+  launches: two norms, two ropes, two copies, two pool scatters).
+
+The pool store matters beyond its launches: MLX's scatter writes in place
+only when nothing else holds the pool array, and the previous step's kernels
+hold it until they finish; once the host runs ahead of the GPU (the pipeline
+working as it should), a scatter copies the whole layer pool instead. The
+CUDA kernel writes the pool's buffer itself and returns q. MLX orders (and
+links in its CUDA graphs) only kernels that share an array, so the store is
+used only in steps where every read of the pool takes q as an input: decode
+steps served by the fused attention kernels (the runner decides; a prefill
+chunk's gather reads the pool without q). A later step's kernels run after
+this step's on the stream.
+
+Elsewhere (the CPU, Metal, a rope the kernel does not spell) both run as
+MLX's own ops, which define what the kernels compute.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
+
+
+@dataclass(frozen=True)
+class PoolSlots:
+    """Where a step's new K/V rows go: one layer's pool arrays
+    ``[num_blocks, block_size, Hkv, D]`` and each row's (block, offset)."""
+
+    keys: mx.array
+    values: mx.array
+    blocks: mx.array    # [T] int32
+    offsets: mx.array   # [T] int32
+
+
+class ComposedOps:
+    """The layer ops as MLX's own ops: what the fused kernels must compute."""
+
+    stores_in_place = False     # whether split_heads can write the pool's slots itself
+
+    def add_rms_norm(self, residual: mx.array, delta: mx.array, weight: mx.array,
+                     eps: float) -> tuple[mx.array, mx.array]:
+        """(residual + delta, rms_norm(residual + delta) * weight) over the last axis."""
+        total = residual + delta
+        return total, mx.fast.rms_norm(total, weight, eps)
+
+    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        """q [T, Hq, D], k and v [T, Hkv, D]; with ``slots`` the kernels may
+        store k and v into the pool themselves and return (q, None, None), else
+        the caller stores them."""
+        q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
+        return heads.rotate(q, k, v, positions)
+
+
+COMPOSED = ComposedOps()
+
+
+def layer_ops() -> ComposedOps:
+    """The layer ops for this step: the CUDA kernels where the attention
+    kernels are the fused CUDA ones (``MLXCEL_LAYER_OPS=composed`` opts out),
+    else MLX's ops. The runner asks once a step."""
+    from . import backend_name  # the package's backend choice (MLXCEL_KERNELS) governs these too
+
+    if backend_name() != "cuda" or os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
+        return COMPOSED
+    from .cuda_layer_ops import CUDA_OPS
+    return CUDA_OPS
+
+
+def rope_frequencies(rope: nn.Module) -> tuple[mx.array, float, bool] | None:
+    """(inverse frequencies [D/2] float32, position scale, traditional) of a rope
+    that rotates every dimension with no input scaling, else None."""
+    dims, traditional = getattr(rope, "dims", None), getattr(rope, "traditional", None)
+    if dims is None or traditional is None:
+        return None
+    if type(rope) is nn.RoPE:
+        half = dims // 2
+        inverse = float(rope.base) ** (-np.arange(half) / half)
+        return mx.array(inverse, dtype=mx.float32), float(rope.scale), bool(traditional)
+    freqs = getattr(rope, "_freqs", None)
+    # Llama 3's rope: periods given per pair, positions unscaled, no input scale.
+    if type(rope).__name__ == "Llama3RoPE" and freqs is not None:
+        return (1.0 / freqs).astype(mx.float32), 1.0, bool(traditional)
+    return None
+
+
+class HeadSplit:
+    """One layer's fused q/k/v output [T, (Hq + 2 Hkv) D] -> q [T, Hq, D] and k,
+    v [T, Hkv, D], with q and k normalized (when the model has q/k norms) and
+    roped at ``positions``."""
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, rope: nn.Module,
+                 q_norm: nn.Module | None, k_norm: nn.Module | None) -> None:
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.rope, self.q_norm, self.k_norm = rope, q_norm, k_norm
+        q_width, kv_width = n_heads * head_dim, n_kv_heads * head_dim
+        self.splits = [q_width, q_width + kv_width]
+        self.frequencies = rope_frequencies(rope) if getattr(rope, "dims", None) == head_dim else None
+
+    def rotate(self, q: mx.array, k: mx.array, v: mx.array,
+               positions: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The composed path from separate projections [T, H * D]."""
+        rows, d = q.shape[0], self.head_dim
+        q = q.reshape(rows, 1, self.n_heads, d)
+        k = k.reshape(rows, 1, self.n_kv_heads, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = self.rope(q.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
+        k = self.rope(k.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
+        return q, k, v.reshape(rows, self.n_kv_heads, d)

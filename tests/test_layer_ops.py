@@ -1,0 +1,172 @@
+"""The decoder layer's small ops (mlxcel.kernels.layer_ops) against float64.
+
+Run on whatever the active backend is: MLX's own ops on the CPU, the fused
+CUDA kernels on a CUDA device (where they are also checked against MLX's
+ops). Fresh random inputs each test, positions up to 40K so the rope's angles
+are far outside [-pi, pi].
+
+Tolerance: the ops round to the activations' dtype at MLX's points (the sum,
+the normalized head, the output), so a bfloat16 result may be off by up to
+three roundings of 2^-8 relative each, amplified by at most 2 by the rope's
+two-term sums; 2^-5 of the output's scale holds that with room. float32 adds
+~1e-6 relative per op on top of the reference's exact math, but the rope's
+angle is a float32 product (in MLX's rope as in the kernel), off by up to
+position x 2^-23 radians from exact (inverse frequencies rounded too): at
+positions below 40K, 40000 x 2^-22 of the output's scale.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx_lm.models.rope_utils import Llama3RoPE
+
+from mlxcel.kernels.layer_ops import COMPOSED, HeadSplit, PoolSlots, layer_ops
+
+DTYPES = {"bfloat16": (mx.bfloat16, 2.0**-5), "float32": (mx.float32, 1e-5)}
+MAX_POSITION = 40000
+ANGLE_TOLERANCE = MAX_POSITION * 2.0**-22
+
+
+def as64(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32), dtype=np.float64)
+
+
+def rms_norm64(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return w * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def rope64(x: np.ndarray, positions: np.ndarray, inverse: np.ndarray, traditional: bool) -> np.ndarray:
+    """x [T, H, D] rotated at each row's position (the half-split or neighbour-pair layout)."""
+    angle = positions[:, None, None] * inverse[None, None, :]
+    cos, sin = np.cos(angle), np.sin(angle)
+    if traditional:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+        return out
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+
+
+def assert_close(got: mx.array, want: np.ndarray, tolerance: float) -> None:
+    scale = np.abs(want).max()
+    assert scale > 0
+    np.testing.assert_allclose(as64(got), want, rtol=0, atol=tolerance * scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_matches_float64(dtype):
+    mx_dtype, tolerance = DTYPES[dtype]
+    rng = np.random.default_rng()
+    rows, width, eps = 37, 1024, 1e-6
+    residual, delta = (mx.array(rng.normal(size=(rows, 1, width)) * 3, mx_dtype) for _ in range(2))
+    weight = mx.array(rng.uniform(0.5, 1.5, width), mx_dtype)
+    total, normed = layer_ops().add_rms_norm(residual, delta, weight, eps)
+    assert total.shape == normed.shape == (rows, 1, width) and normed.dtype == mx_dtype
+    want_total = as64(residual) + as64(delta)
+    assert_close(total, want_total, tolerance)
+    assert_close(normed, rms_norm64(want_total, as64(weight), eps), tolerance)
+
+
+def qwen3_heads(d: int, dtype: mx.Dtype, traditional: bool, rng) -> HeadSplit:
+    q_norm, k_norm = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
+    q_norm.weight = mx.array(rng.uniform(0.5, 1.5, d), dtype)
+    k_norm.weight = mx.array(rng.uniform(0.5, 1.5, d), dtype)
+    return HeadSplit(8, 2, d, nn.RoPE(d, traditional=traditional, base=1e6), q_norm, k_norm)
+
+
+def llama3_heads(d: int, dtype: mx.Dtype, traditional: bool, rng) -> HeadSplit:
+    rope = Llama3RoPE(d, max_position_embeddings=131072, traditional=traditional, base=500000.0,
+                      scaling_config={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 8192})
+    return HeadSplit(8, 2, d, rope, None, None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_split_heads_matches_float64(dtype, family, traditional, d):
+    mx_dtype, tolerance = DTYPES[dtype]
+    tolerance = max(tolerance, ANGLE_TOLERANCE)
+    rng = np.random.default_rng()
+    heads = (qwen3_heads if family == "qwen3" else llama3_heads)(d, mx_dtype, traditional, rng)
+    assert heads.frequencies is not None
+    rows = 19
+    qkv = mx.array(rng.normal(size=(rows, 1, (8 + 2 * 2) * d)), mx_dtype)
+    positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
+    q, k, v = layer_ops().split_heads(heads, qkv, positions)
+    assert (q.shape, k.shape, v.shape) == ((rows, 8, d), (rows, 2, d), (rows, 2, d))
+
+    x = as64(qkv).reshape(rows, 12, d)
+    qx, kx = x[:, :8], x[:, 8:10]
+    if heads.q_norm is not None:
+        qx = rms_norm64(qx, as64(heads.q_norm.weight), 1e-6)
+        kx = rms_norm64(kx, as64(heads.k_norm.weight), 1e-6)
+    inverse, position_scale, _ = heads.frequencies
+    p = np.array(positions, dtype=np.float64) * position_scale
+    assert_close(q, rope64(qx, p, as64(inverse), traditional), tolerance)
+    assert_close(k, rope64(kx, p, as64(inverse), traditional), tolerance)
+    np.testing.assert_array_equal(np.array(v.astype(mx.float32)), np.array(qkv.astype(mx.float32)).reshape(
+        rows, 12, d)[:, 10:])
+    # The same numbers MLX's own ops give (on the CPU these are MLX's ops).
+    cq, ck, _ = COMPOSED.split_heads(heads, qkv, positions)
+    assert_close(q, as64(cq), tolerance)
+    assert_close(k, as64(ck), tolerance)
+
+
+def test_rope_frequencies_decline_what_the_kernel_cannot_spell():
+    from mlx_lm.models.rope_utils import SuScaledRoPE
+
+    scaled = SuScaledRoPE(64, base=10000.0, max_position_embeddings=131072, original_max_position_embeddings=4096,
+                          short_factor=[1.0] * 32, long_factor=[2.0] * 32, long_mscale=1.2)
+    assert HeadSplit(8, 2, 64, scaled, None, None).frequencies is None        # scales its input
+    assert HeadSplit(8, 2, 128, nn.RoPE(64), None, None).frequencies is None  # rotates half the head only
+    q = mx.random.normal((3, 1, 8 * 64))
+    # Declined ropes still split (MLX's ops): the result is rope applied by the module itself.
+    k = mx.random.normal((3, 1, 2 * 64))
+    positions = mx.array([0, 5, 900], mx.int32)
+    out_q, _, _ = HeadSplit(8, 2, 64, scaled, None, None).rotate(q, k, k, positions)
+    want = scaled(q.reshape(3, 1, 8, 64).transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
+    np.testing.assert_array_equal(np.array(out_q), np.array(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_heads_stores_k_and_v_in_the_pool_slots(dtype):
+    """With pool slots the op stores k and v itself (the CUDA kernel, in place) or hands them back for the
+    caller's scatter (MLX's ops); either way the pool holds them at the slots and nothing else changed."""
+    mx_dtype, tolerance = DTYPES[dtype]
+    tolerance = max(tolerance, ANGLE_TOLERANCE)
+    rng = np.random.default_rng()
+    d, blocks, block_size, rows = 128, 9, 16, 11
+    heads = qwen3_heads(d, mx_dtype, False, rng)
+    keys = mx.array(rng.normal(size=(blocks, block_size, 2, d)), mx_dtype)
+    values = mx.array(rng.normal(size=(blocks, block_size, 2, d)), mx_dtype)
+    before_k, before_v = as64(keys), as64(values)
+    slot_ids = rng.choice(blocks * block_size, rows, replace=False)
+    slot_blocks = mx.array(slot_ids // block_size, mx.int32)
+    slot_offsets = mx.array(slot_ids % block_size, mx.int32)
+    qkv = mx.array(rng.normal(size=(rows, 1, 12 * d)), mx_dtype)
+    positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
+
+    slots = PoolSlots(keys, values, slot_blocks, slot_offsets)
+    q, k, v = layer_ops().split_heads(heads, qkv, positions, slots)
+    if k is not None:
+        keys[slot_blocks, slot_offsets] = k
+        values[slot_blocks, slot_offsets] = v
+    mx.eval(q, keys, values)
+
+    want_q, want_k, want_v = COMPOSED.split_heads(heads, qkv, positions)
+    assert_close(q, as64(want_q), tolerance)
+    got_k, got_v = as64(keys), as64(values)
+    b, o = slot_ids // block_size, slot_ids % block_size
+    assert_close(mx.array(got_k[b, o]), as64(want_k), tolerance)
+    np.testing.assert_array_equal(got_v[b, o], as64(want_v))
+    untouched = np.ones((blocks, block_size), bool)
+    untouched[b, o] = False
+    np.testing.assert_array_equal(got_k[untouched], before_k[untouched])
+    np.testing.assert_array_equal(got_v[untouched], before_v[untouched])
