@@ -130,6 +130,13 @@ def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, b
     return result
 
 
+def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int) -> None:
+    """A few tokens through each path first, so that no measured read pays for compiling its kernels (NVRTC
+    builds each template instance on its first launch: seconds at this shape)."""
+    for cascade in (True, False):
+        engine_arm(loaded, batch, 4, cascade, block_size, shared)
+
+
 def release(engine: Engine) -> None:
     """Free the engine's pool now (its metrics refer back to it: a cycle the
     garbage collector, not reference counting, breaks) and MLX's buffer cache."""
@@ -225,6 +232,7 @@ def main() -> None:
     batch = prompts(args.concurrency, args.shared, args.suffix)
     print(json.dumps({"model_build_s": report["model_build_s"]}), flush=True)
 
+    warm_up(loaded, batch, args.block_size, args.shared)
     arms = {}
     for name in ("cascade", "flat", "flat", "cascade"):
         result = engine_arm(loaded, batch, args.new_tokens, name == "cascade", args.block_size, args.shared)

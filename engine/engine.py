@@ -34,8 +34,9 @@ from .pool import BlockPool, PoolGeometry
 from .prefix_cache import PrefixCache
 from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
-from .sequence import SamplingParams, Sequence, SequenceStatus
+from .sequence import SamplingParams, Sequence, SequenceStatus, TokenLogprob
 from .snapshot import EngineSnapshot, PlanView, PoolView, RankView, SequenceView, StepRecord, TensorParallelView
+from .stat_logger import StatLogger
 from .tensor_parallel import PoolFacts, Ranks, dtype_name, model_facts
 
 log = logging.getLogger("mlxcel.engine")
@@ -90,16 +91,17 @@ class Engine:
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
         if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
-            ranks.share_pool(model_facts(loaded), PoolFacts(num_blocks, geometry.block_size, dtype_name(geometry.dtype)))
+            facts = PoolFacts(num_blocks, geometry.block_size, dtype_name(geometry.dtype))
+            ranks.share_pool(model_facts(loaded), facts)
             ranks.on_fault.append(self._fail)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
         self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.max_batched_tokens)
         self.runner = ModelRunner(loaded, self.pool, ranks)
         self.ranks = ranks
-        self.metrics.bind_engine(self)
         self.device = str(mx.default_device())
+        self.metrics.bind_engine(self)
+        self.stat_logger = StatLogger(self)
         self._callbacks: dict[int, EventCallback] = {}
-        self._submitted_at: dict[int, float] = {}
         self._inbox: deque[tuple[str, Sequence | None, str | None]] = deque()  # (op, sequence, reason)
         self._wake = threading.Condition()
         # Held while the engine thread changes what a snapshot reads (not while
@@ -164,7 +166,7 @@ class Engine:
                 raise EngineClosed("the engine is shutting down; it takes no new requests")
             if on_event:
                 self._callbacks[seq.id] = on_event
-            self._submitted_at[seq.id] = time.perf_counter()
+            seq.submitted_at = time.perf_counter()
             self._post("add", seq)
         return seq
 
@@ -224,6 +226,10 @@ class Engine:
             for seq in batch.seqs:
                 self._finish(seq, "error")
             return None
+        now = time.perf_counter()
+        for seq in batch.seqs:
+            if seq.scheduled_at is None:
+                seq.scheduled_at = now
         self._advance(batch)
         for outcome in launched.outcomes:   # every layer launched alike
             self.metrics.record_decode(outcome, self.loaded.num_layers)
@@ -267,7 +273,9 @@ class Engine:
         waited = time.perf_counter()
         try:
             with self.ranks.watch("a step's tokens") if self.ranks else nullcontext():
-                tokens = inflight.launched.tokens.tolist()
+                sampled = [a.tolist() if a is not None else None for a in (
+                    inflight.launched.sampled.tokens, inflight.launched.sampled.logprobs,
+                    inflight.launched.sampled.top_ids, inflight.launched.sampled.top_logprobs)]
         except Exception:
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             with self._state:
@@ -277,11 +285,12 @@ class Engine:
             return True
         done = time.perf_counter()
         with self._state:
-            self._postprocess(inflight, tokens)
+            self._postprocess(inflight, *sampled)
             self._record(inflight, done, done - waited)
         return True
 
-    def _postprocess(self, inflight: InFlight, tokens: list[int]) -> None:
+    def _postprocess(self, inflight: InFlight, tokens: list[int], logprobs: list[float] | None,
+                     top_ids: list[list[int]] | None, top_logprobs: list[list[float]] | None) -> None:
         now = time.perf_counter()
         for seq in inflight.batch.seqs:
             row = inflight.rows.get(seq.id)
@@ -289,11 +298,19 @@ class Engine:
                 continue
             token = tokens[row]
             seq.pending_tokens -= 1
-            first = seq.num_completion_tokens == 0
             seq.token_ids.append(token)
             self.cache.commit(seq)
-            if first and seq.id in self._submitted_at:
-                self.metrics.request_ttft.observe(now - self._submitted_at[seq.id])
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                self.metrics.first_token(seq)
+            else:
+                self.metrics.inter_token_latency.observe(now - seq.last_token_at)
+            seq.last_token_at = now
+            self.metrics.completion_tokens.inc()
+            wanted = seq.params.logprobs
+            if wanted is not None:
+                top = tuple(zip(top_ids[row][:wanted], top_logprobs[row][:wanted])) if wanted else ()
+                seq.logprobs.append(TokenLogprob(logprobs[row], top))
             reason = self._stop_reason(seq, token)
             self._emit(seq, token, reason)
             if reason:
@@ -323,11 +340,10 @@ class Engine:
         self.runner.sampler.forget(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
-        self.metrics.request_finished(reason, seq.num_prompt_tokens, seq.num_completion_tokens)
+        self.metrics.request_finished(seq, reason, time.perf_counter())
         if emit:
             self._emit(seq, None, reason)
         self._callbacks.pop(seq.id, None)
-        self._submitted_at.pop(seq.id, None)
 
     # -- snapshots ----------------------------------------------------------
 
@@ -387,7 +403,7 @@ class Engine:
                           "cached_blocks": stats.cached_blocks},
             cascade=self.cascade.as_dict(),
             cascade_switches=tuple(self._switches),
-            waiting=len(sched.waiting), running=len(sched.running), preemptions=sched.num_preemptions,
+            waiting=len(sched.waiting), running=len(live), preemptions=sched.num_preemptions,
             paused=self.paused, tensor_parallel=self._tensor_parallel_view(),
         )
 
@@ -463,6 +479,7 @@ class Engine:
                 if self._stopping:
                     break
                 idle, paused = self._idle(), self.paused
+            self.stat_logger.tick()
             if idle:
                 if self.ranks:   # outside the lock: a heartbeat waits for every rank
                     self.ranks.heartbeat()

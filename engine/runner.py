@@ -21,7 +21,7 @@ from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
 from .model import LoadedModel, StepContext, final_hidden, head_logits
 from .pool import BlockPool
-from .sampler import Sampler
+from .sampler import Sampled, Sampler
 from .scheduler import ScheduledStep
 from .step_inputs import StepInputs
 from .tensor_parallel import Ranks
@@ -29,14 +29,18 @@ from .tensor_parallel import Ranks
 
 @dataclass(frozen=True)
 class Launched:
-    """A step on its way: its sampled tokens (one per sampling row, lazy),
-    what its attention launches did (the decode rows', the prefill chunk's),
+    """A step on its way: its sampled tokens (one per sampling row, lazy, with
+    their log-probabilities when a row asked), what its attention launches did (the decode rows', the prefill chunk's),
     and when its graph was built (what follows is MLX's: encoding the
     kernels, on the CPU running all but the last few of them)."""
 
-    tokens: mx.array
+    sampled: Sampled
     outcomes: tuple[DecodeOutcome, ...]
     built: float    # perf_counter when the graph was complete
+
+    @property
+    def tokens(self) -> mx.array:
+        return self.sampled.tokens
 
 
 class ModelRunner:
@@ -69,11 +73,13 @@ class ModelRunner:
             hidden, last, outcomes = self.forward(inputs, last_tokens)
             sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
             logits = head_logits(self.loaded.model, hidden)
-            sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
+            sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
+                       else Sampled(mx.zeros((0,), mx.int32)))
             built = time.perf_counter()
             # The pool arrays are outputs of every step: evaluating them with the
             # tokens keeps each layer's write in place and the graph from growing.
-            mx.async_eval(sampled, *([last] if self.ranks is not None else []), self.pool.keys, self.pool.values)
+            mx.async_eval(*sampled.arrays, *([last] if self.ranks is not None else []), self.pool.keys,
+                          self.pool.values)
         return Launched(sampled, outcomes, built)
 
     def follow(self, inputs: StepInputs) -> None:

@@ -42,12 +42,25 @@ def api_key_from(api_key: str | None, api_key_file: Path | None) -> str | None:
     return api_key or None
 
 
-def configure_logging(debug: bool, stream=None, filename: str | None = None) -> None:
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(debug: bool) -> int:
+    """--debug, else MLXCEL_LOG_LEVEL (one of LOG_LEVELS), else INFO."""
+    if debug:
+        return logging.DEBUG
+    name = os.environ.get("MLXCEL_LOG_LEVEL", "INFO").upper()
+    if name not in LOG_LEVELS:
+        raise CliError(f"MLXCEL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {name!r}")
+    return getattr(logging, name)
+
+
+def configure_logging(level: int, stream=None, filename: str | None = None) -> None:
     handler = logging.FileHandler(filename) if filename else logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.setLevel(level)
     for noisy in ("httpx", "httpcore", "uvicorn.access", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -63,7 +76,8 @@ def tui():
 @tui.command()
 @click.argument("model", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind the HTTP server to.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on (0: any free one, printed at start).")
 @api_key_options("Bearer token every endpoint but /metrics demands; required to bind beyond loopback")
 @click.option("--no-host-check", is_flag=True,
               help="Without an API key, accept requests whatever their Host header names (behind a proxy, "
@@ -94,6 +108,7 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
     if system_prompt and shared_prefix_tokens:
         raise click.UsageError("give --system-prompt or --shared-prefix-tokens, not both")
     api_key = api_key_from(api_key, api_key_file)
+    level = log_level(debug)
     try:
         check_bind(host, api_key)
     except ValueError as err:
@@ -117,7 +132,9 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     with uv_socket:
-        configure_logging(debug, filename=None if headless else os.environ.get("MLXCEL_LOG_FILE", os.devnull))
+        # The dashboard owns the terminal: its log goes to MLXCEL_LOG_FILE or nowhere; headless, to stderr
+        # unless MLXCEL_LOG_FILE names a file.
+        configure_logging(level, filename=os.environ.get("MLXCEL_LOG_FILE") or (None if headless else os.devnull))
         if notice:
             log.warning(notice)
 

@@ -152,5 +152,6 @@ def test_stats_run_headless_on_two_ranks(mlxcel_home):
     tp = out["snapshot"]["tensor_parallel"]
     assert tp["size"] == 2 and tp["backend"] == "ring" and [r["rank"] for r in tp["ranks"]] == [0, 1]
     assert all(r["kv_heads"] == 1 and r["active_memory_bytes"] > 0 for r in tp["ranks"])
-    assert out['mlxcel_rank_mlx_active_memory_bytes{rank="1"}'] > 0
-    assert out["mlxcel_completion_tokens_total"] == 8
+    metrics = {(m["name"], tuple(sorted(m["labels"].items()))): m["value"] for m in out["metrics"]}
+    assert all(metrics[("mlxcel_rank_mlx_active_memory_bytes", (("rank", r),))] > 0 for r in ("0", "1"))
+    assert metrics[("mlxcel_completion_tokens_total", ())] == 8
