@@ -47,9 +47,9 @@ def run(model_dir: str, out: str) -> None:
     logits = []
     sample = engine.runner.sampler.sample
 
-    def recording(step_logits, seqs):
+    def recording(step_logits, seqs, inputs=None):
         logits.append(step_logits)   # lazy: read once the run is over
-        return sample(step_logits, seqs)
+        return sample(step_logits, seqs, inputs)
 
     engine.runner.sampler.sample = recording
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
