@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -35,8 +35,9 @@ from .prefix_cache import PrefixCache
 from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
 from .sequence import SamplingParams, Sequence, SequenceStatus, TokenLogprob
-from .snapshot import EngineSnapshot, PlanView, PoolView, SequenceView, StepRecord
+from .snapshot import EngineSnapshot, PlanView, PoolView, RankView, SequenceView, StepRecord, TensorParallelView
 from .stat_logger import StatLogger
+from .tensor_parallel import PoolFacts, Ranks, dtype_name, model_facts
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -81,7 +82,8 @@ class InFlight:
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None,
-                 cascade: CascadeConfig | None = None, metrics: EngineMetrics | None = None) -> None:
+                 cascade: CascadeConfig | None = None, metrics: EngineMetrics | None = None,
+                 ranks: Ranks | None = None) -> None:
         self.loaded = loaded
         self.config = config or EngineConfig()
         self.cascade = cascade or CascadeConfig.from_env()
@@ -90,9 +92,14 @@ class Engine:
                                 self.config.block_size, self.config.pool_dtype(loaded.dtype))
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
+        if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
+            facts = PoolFacts(num_blocks, geometry.block_size, dtype_name(geometry.dtype))
+            ranks.share_pool(model_facts(loaded), facts)
+            ranks.on_fault.append(self._fail)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
         self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.max_batched_tokens)
-        self.runner = ModelRunner(loaded, self.pool)
+        self.runner = ModelRunner(loaded, self.pool, ranks)
+        self.ranks = ranks
         self.device = str(mx.default_device())
         self.metrics.bind_engine(self)
         self.stat_logger = StatLogger(self)
@@ -217,7 +224,9 @@ class Engine:
         settings = self.cascade.snapshot()   # the whole step runs with one reading
         try:
             launched = self.runner.step(batch, self._last_tokens(batch.decode) if batch.decode else None, settings)
-        except Exception:
+        except Exception as err:
+            if self.ranks:   # the other ranks may have built the step: they and this one can no longer agree
+                self.ranks.fault(f"rank 0 could not build a step: {err}")
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             for seq in batch.seqs:
                 self._finish(seq, "error")
@@ -270,9 +279,10 @@ class Engine:
             return False
         waited = time.perf_counter()
         try:
-            sampled = [a.tolist() if a is not None else None for a in (
-                inflight.launched.sampled.tokens, inflight.launched.sampled.logprobs,
-                inflight.launched.sampled.top_ids, inflight.launched.sampled.top_logprobs)]
+            with self.ranks.watch("a step's tokens") if self.ranks else nullcontext():
+                sampled = [a.tolist() if a is not None else None for a in (
+                    inflight.launched.sampled.tokens, inflight.launched.sampled.logprobs,
+                    inflight.launched.sampled.top_ids, inflight.launched.sampled.top_logprobs)]
         except Exception:
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             with self._state:
@@ -416,8 +426,16 @@ class Engine:
             cascade=self.cascade.as_dict(),
             cascade_switches=tuple(self._switches),
             waiting=len(sched.waiting), running=len(live), preemptions=sched.num_preemptions,
-            paused=self.paused, queued=queued,
+            paused=self.paused, queued=queued, tensor_parallel=self._tensor_parallel_view(),
         ), tokens
+
+    def _tensor_parallel_view(self) -> TensorParallelView | None:
+        if self.ranks is None:
+            return None
+        pool_bytes = self.pool.num_blocks * self.pool.geometry.bytes_per_block
+        ranks = tuple(RankView(rank, self.loaded.num_kv_heads, pool_bytes, active, peak)
+                      for rank, (active, peak) in enumerate(self.ranks.memory()))
+        return TensorParallelView(self.ranks.size, self.ranks.backend, ranks)
 
     # -- the thread ---------------------------------------------------------
 
@@ -444,6 +462,23 @@ class Engine:
         self.stop(timeout=None)
         with self._state:
             self._drain_inbox()
+        if self.ranks:
+            self.ranks.stop()
+
+    def _fail(self, message: str) -> None:
+        """The ranks cannot go on: every request ends with finish reason 'error'
+        and no new one is taken (the process ends next)."""
+        log.error("tensor-parallel fault: %s", message)
+        locked = self._state.acquire(timeout=1.0)
+        try:
+            with self._wake:
+                self._closed = True
+            # Without the lock too: its holder waits inside MLX for a rank that is gone and will
+            # not return before the process ends, which is the moment after this.
+            self._finish_all("error")
+        finally:
+            if locked:
+                self._state.release()
 
     def _finish_all(self, reason: str) -> None:
         for seq in [*self.scheduler.holders, *self.scheduler.waiting]:
@@ -454,17 +489,23 @@ class Engine:
             self.paused = paused
             self._wake.notify()
 
+    def _idle(self) -> bool:
+        return not self._stopping and not self._inbox and self._inflight is None and (
+            self.paused or not self.scheduler.has_work)
+
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self._inbox and self._inflight is None and (
-                        self.paused or not self.scheduler.has_work):
+                if self._idle():
                     self._wake.wait(0.5)
                 if self._stopping:
                     break
-                paused = self.paused
+                idle, paused = self._idle(), self.paused
             self.stat_logger.tick()
-            if paused:  # no new steps: the one in flight streams, cancellations release their pages
+            if idle:
+                if self.ranks:   # outside the lock: a heartbeat waits for every rank
+                    self.ranks.heartbeat()
+            elif paused:  # no new steps: the one in flight streams, cancellations release their pages
                 self._complete(self._inflight)
                 self._inflight = None
                 with self._state:

