@@ -23,7 +23,7 @@ import numpy as np
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.sequence import SamplingParams
-from mlxcel_tui import allocator, blas
+from mlxcel.engine import allocator, blas
 from mlxcel_tui.workload import build_engine
 
 

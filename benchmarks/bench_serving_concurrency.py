@@ -141,7 +141,7 @@ def server_args(args: argparse.Namespace, arm: str) -> list[str]:
 def header(args: argparse.Namespace) -> str:
     import mlx.core as mx
 
-    from mlxcel_tui import blas
+    from mlxcel.engine import blas
 
     load = os.getloadavg()
     return "\n".join([
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> list[LevelResult]:
 
 
 if __name__ == "__main__":
-    from mlxcel_tui import blas
+    from mlxcel.engine import blas
 
     blas.reexec_with_openblas()
     main()

@@ -57,7 +57,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one)))
         return
-    from mlxcel_tui import blas
+    from mlxcel.engine import blas
 
     print(f"BLAS: {blas.describe()}; prompt {PROMPT_TOKENS} tokens, decode median of {DECODE_STEPS} steps",
           flush=True)
@@ -72,7 +72,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from mlxcel_tui import blas
+    from mlxcel.engine import blas
 
     blas.reexec_with_openblas()
     main()

@@ -33,8 +33,8 @@ from mlxcel.kernels import PagedCsrView, backend_name
 from mlxcel.kernels.csr import HostCsr, host_csr
 from mlxcel.kernels.portable import page_tiles
 from mlxcel.kernels.reference import reference_decode
-from mlxcel_tui.allocator import keep_heap
-from mlxcel_tui.blas import describe
+from mlxcel.engine.allocator import keep_heap
+from mlxcel.engine.blas import describe
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -231,7 +231,7 @@ def main() -> None:
                         help="sweep (flat vs cascade), gate (no-sharing overhead), or both")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs diff allowed between arms")
     parser.add_argument("--glibc-defaults", action="store_true",
-                        help="leave glibc's malloc thresholds alone (the CLI raises them: mlxcel_tui/allocator.py)")
+                        help="leave glibc's malloc thresholds alone (the CLI raises them: engine/allocator.py)")
     args = parser.parse_args()
     args.heap_kept = not args.glibc_defaults and keep_heap()
     sweep(args)

@@ -26,7 +26,7 @@ times every method once, the order rotated from repeat to repeat):
   fixed costs (encoding the first CUDA graph before the GPU starts, the final
   synchronize) drop out instead of being spread over n, which the warm-up caps
   and which differs per method. The long chain's total over n is kept too
-  ("incl. fixed", the figure before run 48). The host's graph building
+  ("incl. fixed", the figure the bench reported before it took the slope). The host's graph building
   is excluded and reported on its own (host ms), and so is the part of the
   timed span MLX spends encoding the calls into CUDA graphs (encode ms: close
   to the device time would mean the host, not the GPU, sets it). The

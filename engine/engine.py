@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -35,8 +35,11 @@ from .pool import BlockPool, PoolGeometry
 from .prefix_cache import PrefixCache
 from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
-from .sequence import SamplingParams, Sequence, SequenceStatus
-from .snapshot import EngineSnapshot, PlanView, PoolView, SequenceView, SpanView, StepRecord
+from .sequence import SamplingParams, Sequence, SequenceStatus, TokenLogprob
+from .snapshot import (EngineSnapshot, PlanView, PoolView, RankView, SequenceView, SpanView, StepRecord,
+                       TensorParallelView)
+from .stat_logger import StatLogger
+from .tensor_parallel import PoolFacts, Ranks, dtype_name, model_facts
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -44,6 +47,7 @@ log = logging.getLogger("mlxcel.engine")
 EventCallback = Callable[[Sequence, "int | None", "str | None"], None]
 
 RECENT_STEPS = 512
+TEXT_TOKENS = 32  # a snapshot's prompt head and latest text, in tokens each
 PROCESS = psutil.Process()  # this process, for the snapshot's `extra` figures
 
 
@@ -75,11 +79,13 @@ class InFlight:
     started: float          # perf_counter when the engine began scheduling it
     enqueued: float         # perf_counter when MLX took it
     rows: dict[int, int]    # sequence id -> its row in launched.tokens
+    kv_bytes_flat: int = 0  # KV bytes the decode rows' attention reads flat, all layers
 
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None,
-                 cascade: CascadeConfig | None = None, metrics: EngineMetrics | None = None) -> None:
+                 cascade: CascadeConfig | None = None, metrics: EngineMetrics | None = None,
+                 ranks: Ranks | None = None) -> None:
         self.loaded = loaded
         self.config = config or EngineConfig()
         self.cascade = cascade or CascadeConfig.from_env()
@@ -88,13 +94,18 @@ class Engine:
                                 self.config.block_size, self.config.pool_dtype(loaded.dtype))
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
+        if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
+            facts = PoolFacts(num_blocks, geometry.block_size, dtype_name(geometry.dtype))
+            ranks.share_pool(model_facts(loaded), facts)
+            ranks.on_fault.append(self._fail)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
         self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.max_batched_tokens)
-        self.runner = ModelRunner(loaded, self.pool)
-        self.metrics.bind_engine(self)
+        self.runner = ModelRunner(loaded, self.pool, ranks)
+        self.ranks = ranks
         self.device = str(mx.default_device())
+        self.metrics.bind_engine(self)
+        self.stat_logger = StatLogger(self)
         self._callbacks: dict[int, EventCallback] = {}
-        self._submitted_at: dict[int, float] = {}
         self._inbox: deque[tuple[str, Sequence | None, str | None]] = deque()  # (op, sequence, reason)
         self._wake = threading.Condition()
         # Held while the engine thread changes what a snapshot reads (not while
@@ -136,13 +147,16 @@ class Engine:
         with in `extra` this process's memory and CPU as read now, for viewers
         in other processes."""
         with self._state:
-            snapshot = self._build_snapshot()
+            snapshot, tokens = self._build_snapshot()
+        decode = self.tokenizer.decode
+        sequences = tuple(replace(view, prompt_head=decode(head), latest_text=decode(tail))
+                          for view, (head, tail) in zip(snapshot.sequences, tokens))
         extra = {**self.process_facts,
                  "process_rss_bytes": PROCESS.memory_info().rss,
                  "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
                  "mlx_active_memory_bytes": mx.get_active_memory(),
                  "mlx_peak_memory_bytes": mx.get_peak_memory()}
-        return replace(snapshot, extra=extra)
+        return replace(snapshot, sequences=sequences, extra=extra)
 
     # -- requests (any thread) ------------------------------------------
 
@@ -159,7 +173,7 @@ class Engine:
                 raise EngineClosed("the engine is shutting down; it takes no new requests")
             if on_event:
                 self._callbacks[seq.id] = on_event
-            self._submitted_at[seq.id] = time.perf_counter()
+            seq.submitted_at = time.perf_counter()
             self._post("add", seq)
         return seq
 
@@ -212,11 +226,17 @@ class Engine:
         settings = self.cascade.snapshot()   # the whole step runs with one reading
         try:
             launched = self.runner.step(batch, self._last_tokens(batch.decode) if batch.decode else None, settings)
-        except Exception:
+        except Exception as err:
+            if self.ranks:   # the other ranks may have built the step: they and this one can no longer agree
+                self.ranks.fault(f"rank 0 could not build a step: {err}")
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             for seq in batch.seqs:
                 self._finish(seq, "error")
             return None
+        now = time.perf_counter()
+        for seq in batch.seqs:
+            if seq.scheduled_at is None:
+                seq.scheduled_at = now
         self._advance(batch)
         for outcome in launched.outcomes:   # every layer launched alike
             self.metrics.record_decode(outcome, self.loaded.num_layers)
@@ -224,7 +244,9 @@ class Engine:
             self._last_decode = launched.outcomes[0]
             self._last_plan = self._plan_view(batch.decode, launched.outcomes[0])
         sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
-        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)})
+        flat = sum(len(seq.block_table) for seq in batch.decode) * self.pool.geometry.bytes_per_block
+        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)},
+                        flat)
 
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
         """Each row's input token: on the host, or the in-flight step's sampled one."""
@@ -259,7 +281,10 @@ class Engine:
             return False
         waited = time.perf_counter()
         try:
-            tokens = inflight.launched.tokens.tolist()
+            with self.ranks.watch("a step's tokens") if self.ranks else nullcontext():
+                sampled = [a.tolist() if a is not None else None for a in (
+                    inflight.launched.sampled.tokens, inflight.launched.sampled.logprobs,
+                    inflight.launched.sampled.top_ids, inflight.launched.sampled.top_logprobs)]
         except Exception:
             log.exception("step failed; its sequences are ended with finish reason 'error'")
             with self._state:
@@ -269,11 +294,12 @@ class Engine:
             return True
         done = time.perf_counter()
         with self._state:
-            self._postprocess(inflight, tokens)
+            self._postprocess(inflight, *sampled)
             self._record(inflight, done, done - waited)
         return True
 
-    def _postprocess(self, inflight: InFlight, tokens: list[int]) -> None:
+    def _postprocess(self, inflight: InFlight, tokens: list[int], logprobs: list[float] | None,
+                     top_ids: list[list[int]] | None, top_logprobs: list[list[float]] | None) -> None:
         now = time.perf_counter()
         for seq in inflight.batch.seqs:
             row = inflight.rows.get(seq.id)
@@ -281,11 +307,19 @@ class Engine:
                 continue
             token = tokens[row]
             seq.pending_tokens -= 1
-            first = seq.num_completion_tokens == 0
             seq.token_ids.append(token)
             self.cache.commit(seq)
-            if first and seq.id in self._submitted_at:
-                self.metrics.request_ttft.observe(now - self._submitted_at[seq.id])
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                self.metrics.first_token(seq)
+            else:
+                self.metrics.inter_token_latency.observe(now - seq.last_token_at)
+            seq.last_token_at = now
+            self.metrics.completion_tokens.inc()
+            wanted = seq.params.logprobs
+            if wanted is not None:
+                top = tuple(zip(top_ids[row][:wanted], top_logprobs[row][:wanted])) if wanted else ()
+                seq.logprobs.append(TokenLogprob(logprobs[row], top))
             reason = self._stop_reason(seq, token)
             self._emit(seq, token, reason)
             if reason:
@@ -315,11 +349,10 @@ class Engine:
         self.runner.sampler.forget(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
-        self.metrics.request_finished(reason, seq.num_prompt_tokens, seq.num_completion_tokens)
+        self.metrics.request_finished(seq, reason, time.perf_counter())
         if emit:
             self._emit(seq, None, reason)
         self._callbacks.pop(seq.id, None)
-        self._submitted_at.pop(seq.id, None)
 
     # -- snapshots ----------------------------------------------------------
 
@@ -341,7 +374,8 @@ class Engine:
         self._recent.append(StepRecord(self.step_count, batch.kind, seconds, len(batch.seqs),
                                        len(batch.decode) if batch.decode else batch.prefill_tokens,
                                        outcome.path, self.cascade.enabled, time.time(), host, device,
-                                       batch.prefill_tokens))
+                                       batch.prefill_tokens, inflight.kv_bytes_flat if batch.decode else 0,
+                                       outcome.kv_bytes_saved * self.loaded.num_layers if batch.decode else 0))
         if batch.kind == "decode":
             self.metrics.decode_step.observe(seconds)
             self.metrics.decode_step_host.observe(host)
@@ -364,16 +398,30 @@ class Engine:
                         tuple(rows[best.members[0]].block_table[best.start:best.end]), spans,
                         None if per_layer is None else per_layer * self.loaded.num_layers)
 
-    def _build_snapshot(self) -> EngineSnapshot:
+    def _sequence_view(self, seq: Sequence, now: float) -> SequenceView:
+        bs, pool = self.pool.block_size, self.pool
+        status = "prefilling" if seq is self.scheduler.prefilling else seq.status.value
+        submitted, first = seq.submitted_at, seq.first_token_at
+        ttft = first - submitted if first is not None and submitted is not None else None
+        after_first = seq.num_completion_tokens - 1
+        rate = after_first / (now - first) if first is not None and after_first > 0 and now > first else None
+        return SequenceView(seq.id, seq.label, status, len(seq), seq.num_prompt_tokens, seq.num_cached_tokens,
+                            tuple(seq.block_table), tuple(pool.refcount[b] for b in seq.block_table),
+                            0, (seq.num_cached_tokens - 1) % bs + 1 if seq.num_cached_tokens else 0,
+                            ttft_seconds=ttft, tokens_per_second=rate)
+
+    def _build_snapshot(self) -> tuple[EngineSnapshot, list[tuple[list[int], list[int]]]]:
+        """The snapshot, and each live sequence's prompt head and latest
+        completion tokens (decoded by the caller, outside the engine's lock)."""
         pool, bs = self.pool, self.pool.block_size
         sched = self.scheduler
         live = sched.holders
-        views = tuple(
-            SequenceView(s.id, s.label, s.status.value, len(s), s.num_prompt_tokens, s.num_cached_tokens,
-                         tuple(s.block_table), tuple(pool.refcount[b] for b in s.block_table),
-                         0, (s.num_cached_tokens - 1) % bs + 1 if s.num_cached_tokens else 0)
-            for s in live
-        )
+        now = time.perf_counter()
+        views = tuple(self._sequence_view(s, now) for s in live)
+        tokens = [(s.token_ids[:TEXT_TOKENS], s.completion_token_ids[-TEXT_TOKENS:]) for s in live]
+        with self._wake:  # requests submitted but not drained into the scheduler yet count as waiting
+            inbox = [seq for op, seq, _ in self._inbox if op == "add"]
+        queued = tuple(self._sequence_view(s, now) for s in [*sched.waiting, *inbox])
         outcome = self._last_decode
         stats = self.cache.stats()
         return EngineSnapshot(
@@ -389,9 +437,17 @@ class Engine:
                           "cached_blocks": stats.cached_blocks},
             cascade=self.cascade.as_dict(),
             cascade_switches=tuple(self._switches),
-            waiting=len(sched.waiting), running=len(sched.running), preemptions=sched.num_preemptions,
-            paused=self.paused,
-        )
+            waiting=len(sched.waiting), running=len(live), preemptions=sched.num_preemptions,
+            paused=self.paused, queued=queued, tensor_parallel=self._tensor_parallel_view(),
+        ), tokens
+
+    def _tensor_parallel_view(self) -> TensorParallelView | None:
+        if self.ranks is None:
+            return None
+        pool_bytes = self.pool.num_blocks * self.pool.geometry.bytes_per_block
+        ranks = tuple(RankView(rank, self.loaded.num_kv_heads, pool_bytes, active, peak)
+                      for rank, (active, peak) in enumerate(self.ranks.memory()))
+        return TensorParallelView(self.ranks.size, self.ranks.backend, ranks)
 
     # -- the thread ---------------------------------------------------------
 
@@ -418,6 +474,23 @@ class Engine:
         self.stop(timeout=None)
         with self._state:
             self._drain_inbox()
+        if self.ranks:
+            self.ranks.stop()
+
+    def _fail(self, message: str) -> None:
+        """The ranks cannot go on: every request ends with finish reason 'error'
+        and no new one is taken (the process ends next)."""
+        log.error("tensor-parallel fault: %s", message)
+        locked = self._state.acquire(timeout=1.0)
+        try:
+            with self._wake:
+                self._closed = True
+            # Without the lock too: its holder waits inside MLX for a rank that is gone and will
+            # not return before the process ends, which is the moment after this.
+            self._finish_all("error")
+        finally:
+            if locked:
+                self._state.release()
 
     def _finish_all(self, reason: str) -> None:
         for seq in [*self.scheduler.holders, *self.scheduler.waiting]:
@@ -428,16 +501,23 @@ class Engine:
             self.paused = paused
             self._wake.notify()
 
+    def _idle(self) -> bool:
+        return not self._stopping and not self._inbox and self._inflight is None and (
+            self.paused or not self.scheduler.has_work)
+
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self._inbox and self._inflight is None and (
-                        self.paused or not self.scheduler.has_work):
+                if self._idle():
                     self._wake.wait(0.5)
                 if self._stopping:
                     break
-                paused = self.paused
-            if paused:  # no new steps: the one in flight streams, cancellations release their pages
+                idle, paused = self._idle(), self.paused
+            self.stat_logger.tick()
+            if idle:
+                if self.ranks:   # outside the lock: a heartbeat waits for every rank
+                    self.ranks.heartbeat()
+            elif paused:  # no new steps: the one in flight streams, cancellations release their pages
                 self._complete(self._inflight)
                 self._inflight = None
                 with self._state:

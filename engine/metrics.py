@@ -1,21 +1,34 @@
-"""Per-engine Prometheus metrics.
+"""Per-engine Prometheus metrics, vLLM's set as the model: request latencies
+(end to end, queue, prefill, decode, time to first token, between tokens),
+tokens per request, HTTP requests by route and status, the configuration as
+an `_info` gauge, this process's `process_*` figures, and the engine's own
+(launch paths, cascade savings, pool and prefix cache).
 
 One CollectorRegistry per engine, so two engines in a process (tests, say)
 never share counters. The engine records each step's launches once, from the
-outcome the runner hands back.
+outcome the runner hands back, and each request's figures when it finishes.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import prometheus_client
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, CollectorRegistry, Counter, Histogram, Info,
+                               ProcessCollector)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .decode_plan import CASCADE, CASCADE_FALLBACK, GATHER, DecodeOutcome
 
+# No `_created` series beside each counter and histogram: scrapers ignore them and they double the output.
+prometheus_client.disable_created_metrics()
+
 LAUNCH_PATHS = ("fused_v2", "gather", "cascade")
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+                   1800.0)
+INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+TOKEN_BUCKETS = tuple(float(2**i) for i in range(17))  # 1 .. 65536 tokens
 
 
 class EngineMetrics:
@@ -44,9 +57,10 @@ class EngineMetrics:
             "KV bytes cascade launches did not read compared with the flat launch", registry=self.registry)
         self.requests = Counter("mlxcel_requests", "Finished requests by finish reason", ["finish_reason"],
                                 registry=self.registry)
-        self.prompt_tokens = Counter("mlxcel_prompt_tokens", "Prompt tokens of finished requests",
-                                     registry=self.registry)
-        self.completion_tokens = Counter("mlxcel_completion_tokens", "Tokens generated for finished requests",
+        self.prompt_tokens = Counter("mlxcel_prompt_tokens",
+                                     "Prompt tokens of requests, counted when each one's prefill ends "
+                                     "(tokens adopted from the prefix cache included)", registry=self.registry)
+        self.completion_tokens = Counter("mlxcel_completion_tokens", "Tokens generated, counted as each is read",
                                          registry=self.registry)
         self.preemptions = Counter("mlxcel_preemptions", "Sequences preempted back to the queue (pool exhausted)",
                                    registry=self.registry)
@@ -61,14 +75,70 @@ class EngineMetrics:
                                           buckets=STEP_BUCKETS)
         self.request_ttft = Histogram("mlxcel_request_ttft_seconds", "Time from submission to first token",
                                       registry=self.registry, buckets=TTFT_BUCKETS)
+        self.inter_token_latency = Histogram(
+            "mlxcel_inter_token_latency_seconds", "Time between a request's consecutive tokens reaching the host",
+            registry=self.registry, buckets=INTER_TOKEN_BUCKETS)
+        self.e2e_latency = Histogram("mlxcel_e2e_request_latency_seconds",
+                                     "Time from submission to finish of finished requests",
+                                     registry=self.registry, buckets=REQUEST_BUCKETS)
+        self.queue_time = Histogram("mlxcel_request_queue_time_seconds",
+                                    "Time a request waited from submission to its first scheduled step",
+                                    registry=self.registry, buckets=REQUEST_BUCKETS)
+        self.prefill_time = Histogram("mlxcel_request_prefill_time_seconds",
+                                      "Time from a request's first scheduled step to its first token",
+                                      registry=self.registry, buckets=REQUEST_BUCKETS)
+        self.decode_time = Histogram("mlxcel_request_decode_time_seconds",
+                                     "Time from a request's first token to its last", registry=self.registry,
+                                     buckets=REQUEST_BUCKETS)
+        self.request_prompt_tokens = Histogram("mlxcel_request_prompt_tokens",
+                                               "Prompt tokens per finished request", registry=self.registry,
+                                               buckets=TOKEN_BUCKETS)
+        self.request_generation_tokens = Histogram("mlxcel_request_generation_tokens",
+                                                   "Generated tokens per finished request",
+                                                   registry=self.registry, buckets=TOKEN_BUCKETS)
+        self.http_requests = Counter("mlxcel_http_requests", "HTTP requests answered, by method, route and status",
+                                     ["method", "route", "status"], registry=self.registry)
+        self.http_duration = Histogram("mlxcel_http_request_duration_seconds",
+                                       "Time from an HTTP request's arrival to the end of its response body",
+                                       ["method", "route"], registry=self.registry, buckets=REQUEST_BUCKETS)
+        self.info = Info("mlxcel_engine", "The served model and the KV cache configuration",
+                         registry=self.registry)
+        ProcessCollector(registry=self.registry)   # process_*: CPU seconds, resident memory, open fds
+        self.registry.register(GC_COLLECTOR)
+        self.registry.register(PLATFORM_COLLECTOR)
 
-    def request_finished(self, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def first_token(self, seq) -> None:
+        """A request's first token was read (its prefill ended)."""
+        self.request_ttft.observe(seq.first_token_at - seq.submitted_at)
+        self.prompt_tokens.inc(seq.num_prompt_tokens)
+
+    def request_finished(self, seq, reason: str, now: float) -> None:
+        """A request ended (any reason); each span is observed once it began."""
         self.requests.labels(finish_reason=reason).inc()
-        self.prompt_tokens.inc(prompt_tokens)
-        self.completion_tokens.inc(completion_tokens)
+        self.e2e_latency.observe(now - seq.submitted_at)
+        if seq.scheduled_at is not None:
+            self.queue_time.observe(seq.scheduled_at - seq.submitted_at)
+        if seq.first_token_at is not None:
+            self.prefill_time.observe(seq.first_token_at - seq.scheduled_at)
+            self.decode_time.observe(seq.last_token_at - seq.first_token_at)
+        self.request_prompt_tokens.observe(seq.num_prompt_tokens)
+        self.request_generation_tokens.observe(seq.num_completion_tokens)
+
+    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method=method, route=route, status=str(status)).inc()
+        self.http_duration.labels(method=method, route=route).observe(seconds)
 
     def bind_engine(self, engine) -> None:
-        """Expose the engine's pool, prefix cache and queue, read at scrape time."""
+        """Expose the engine's configuration, and its pool, prefix cache and
+        queue, read at scrape time."""
+        pool, config = engine.pool, engine.config
+        self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": _dtype_name(engine.loaded.dtype),
+                        "kv_dtype": _dtype_name(pool.geometry.dtype), "block_size": str(pool.block_size),
+                        "num_blocks": str(pool.num_blocks),
+                        "kv_cache_bytes": str(pool.num_blocks * pool.geometry.bytes_per_block),
+                        "max_running": str(config.max_running),
+                        "max_batched_tokens": str(config.max_batched_tokens),
+                        "prefix_caching": str(config.prefix_caching).lower()})
         self.registry.register(_EngineCollector(engine))
 
     def record_decode(self, outcome: DecodeOutcome, launches: int = 1) -> None:
@@ -82,6 +152,10 @@ class EngineMetrics:
             self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:
             self.cascade_failures.inc(launches)
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")   # "float32", as the CLI names it
 
 
 class _EngineCollector:
@@ -106,9 +180,14 @@ class _EngineCollector:
                                   "Prompt tokens adopted from the prefix cache instead of computed"),
                                  ("evictions", stats.evictions, "Cached blocks reclaimed by the allocator")):
             yield CounterMetricFamily(f"mlxcel_prompt_cache_{name}", doc, value=value)
-        yield GaugeMetricFamily("mlxcel_queue_depth", "Requests waiting for admission", value=len(sched.waiting))
-        yield GaugeMetricFamily("mlxcel_running_sequences", "Sequences prefilling or decoding",
-                                value=len(sched.running) + (1 if sched.prefilling else 0))
+        yield GaugeMetricFamily("mlxcel_kv_cache_usage_ratio",
+                                "Share of the KV pool's blocks held by page tables (0-1)",
+                                value=pool.num_live / pool.num_blocks)
+        yield GaugeMetricFamily("mlxcel_queue_depth", "Requests waiting for admission (the snapshot's waiting)",
+                                value=len(sched.waiting))
+        yield GaugeMetricFamily("mlxcel_running_sequences",
+                                "Sequences prefilling, decoding or reading their last token (the snapshot's "
+                                "running)", value=len(sched.holders))
         yield GaugeMetricFamily("mlxcel_cascade_enabled", "1 while cascade attention is enabled",
                                 value=int(self.engine.cascade.enabled))
         yield GaugeMetricFamily("mlxcel_mlx_active_memory_bytes", "MLX memory this process holds now",
@@ -116,6 +195,16 @@ class _EngineCollector:
         yield GaugeMetricFamily("mlxcel_mlx_peak_memory_bytes",
                                 "Most MLX memory this process has held (mx.get_peak_memory)",
                                 value=mx.get_peak_memory())
+        if self.engine.ranks is not None:   # tensor parallel: every rank's, as of a recent message between them
+            active = GaugeMetricFamily("mlxcel_rank_mlx_active_memory_bytes", "MLX memory each rank holds",
+                                       labels=["rank"])
+            peak = GaugeMetricFamily("mlxcel_rank_mlx_peak_memory_bytes", "Most MLX memory each rank has held",
+                                     labels=["rank"])
+            for rank, (now, most) in enumerate(self.engine.ranks.memory()):
+                active.add_metric([str(rank)], now)
+                peak.add_metric([str(rank)], most)
+            yield active
+            yield peak
 
 
 POOL_STATE_HELP = {

@@ -82,18 +82,54 @@ def read_model_type(path: Path) -> str:
     return model_type
 
 
-def load_model(path: str | Path, name: str | None = None) -> LoadedModel:
+def load_model(path: str | Path, name: str | None = None, group: mx.distributed.Group | None = None) -> LoadedModel:
     """Load a local model directory through mlx_lm.load and put it on the
-    pool. Never downloads: only existing directories are accepted."""
+    pool. Never downloads: only existing directories are accepted. With a
+    group of several ranks, this rank's shard: mlx-lm's own ``shard(group)``
+    splits every layer's heads and MLP before the engine fuses q/k/v and
+    gate/up, so each rank fuses its own slices (Hq/N query and Hkv/N KV heads)."""
     import mlx_lm
 
     path = Path(path).expanduser().resolve()
     model_type = read_model_type(path)
+    if group is not None:
+        check_shardable(path, group.size(), name)
     try:
-        model, tokenizer = mlx_lm.load(str(path))
+        # Lazy when sharding: each rank reads only the slices it keeps.
+        model, tokenizer = mlx_lm.load(str(path), lazy=group is not None)
     except Exception as err:  # mlx-lm raises many kinds on bad weights or tokenizers
         raise ModelLoadError(f"could not load {path}: {err}") from err
-    return on_pool(model, tokenizer, name or path.name, path, model_type)
+    if group is not None:
+        model.shard(group)
+    loaded = on_pool(model, tokenizer, name or path.name, path, model_type)
+    mx.eval(model.parameters())   # what on_pool's layers leave lazy (embedding, last norm), on this thread
+    return loaded
+
+
+def check_shardable(path: Path, ranks: int, name: str | None = None) -> None:
+    """Refuse, with the reason, a model that cannot be split over ``ranks``
+    ranks: its family has no ``shard()`` in mlx-lm, or its heads, KV heads,
+    MLP width or quantization groups do not divide."""
+    import importlib
+
+    model_type = read_model_type(path)
+    name = name or path.name
+    config = json.loads((path / "config.json").read_text())
+    module = importlib.import_module(f"mlx_lm.models.{SUPPORTED_MODEL_TYPES[model_type]}")
+    if not hasattr(module.Model, "shard"):
+        raise ModelLoadError(f"mlx-lm cannot shard model type '{model_type}' (its Model has no shard())")
+    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    widths = {"attention heads": heads, "KV heads": kv_heads, "MLP width": config["intermediate_size"]}
+    for what, count in widths.items():
+        if ranks < 1 or count % ranks:
+            raise ModelLoadError(f"{name} cannot be split over {ranks} ranks: its {count} {what} "
+                                 f"do not divide by {ranks}")
+    group_size = (config.get("quantization") or {}).get("group_size")
+    for what, width in (("attention output", heads * head_dim), ("MLP width", config["intermediate_size"])):
+        if group_size and (width // ranks) % group_size:
+            raise ModelLoadError(f"{name} cannot be split over {ranks} ranks: each rank's {what} slice "
+                                 f"({width // ranks}) is not a whole number of quantization groups ({group_size})")
 
 
 def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type: str) -> LoadedModel:
@@ -258,9 +294,18 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
 def output_logits(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:
     """Logits [len(rows), vocab] of the given token rows (all when None): the
     model's head runs only on the rows that sample."""
+    return head_logits(model, final_hidden(model, tokens, ctx, rows))
+
+
+def final_hidden(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:
+    """The last norm's output [len(rows), hidden] (all rows when None): what
+    a tensor-parallel rank that samples nothing evaluates (every layer's
+    collectives are upstream of it)."""
     hidden = hidden_states(model, tokens, ctx)[:, 0]
-    if rows is not None:
-        hidden = hidden[rows]
+    return hidden if rows is None else hidden[rows]
+
+
+def head_logits(model: nn.Module, hidden: mx.array) -> mx.array:
     if model.args.tie_word_embeddings:
         return model.model.embed_tokens.as_linear(hidden)
     return model.lm_head(hidden)

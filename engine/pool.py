@@ -121,16 +121,6 @@ class BlockPool:
                 else:
                     self.free.append(block)
 
-    def reclaim(self, n: int | None = None) -> int:
-        """Move up to n (default all) kept unreferenced blocks to the free list, oldest first."""
-        count = 0
-        while self.reusable and (n is None or count < n):
-            block, _ = self.reusable.popitem(last=False)
-            self.on_reclaim(block)
-            self.free.append(block)
-            count += 1
-        return count
-
     # -- storage ---------------------------------------------------------
 
     def slots(self, table: list[int], start: int, count: int) -> tuple[list[int], list[int]]:
@@ -143,9 +133,3 @@ class BlockPool:
         """Store new K/V ``[T, Hkv, D]`` at (block, offset) pairs; in place once evaluated."""
         self.keys[layer][blocks, offsets] = keys.astype(self.geometry.dtype)
         self.values[layer][blocks, offsets] = values.astype(self.geometry.dtype)
-
-    def copy_block(self, src: int, dst: int) -> None:
-        """Copy one block's K/V in every layer (copy-on-write of a partial page)."""
-        for layer in range(self.geometry.num_layers):
-            self.keys[layer][dst] = self.keys[layer][src]
-            self.values[layer][dst] = self.values[layer][src]

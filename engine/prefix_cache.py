@@ -131,25 +131,6 @@ class PrefixCache:
                 entry = None  # a collision: the key belongs to other bytes
             seq.block_chain.append((key, entry.uid if entry else None))
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        """Give child the parent's cache: full blocks shared, a partial last page copied."""
-        if child.block_table:
-            raise ValueError(f"sequence {child.id} already holds pages")
-        bs, n = self.block_size, parent.num_cached_tokens
-        full = n // bs
-        shared = parent.block_table[:full]
-        tail = self.pool.allocate(1) if n % bs else []
-        self.pool.incref(shared)
-        if tail:
-            self.pool.copy_block(parent.block_table[full], tail[0])
-        child.set_table(shared + tail)
-        child.num_cached_tokens = n
-        child.block_chain = list(parent.block_chain[:full])
-
-    def evict_unused(self) -> int:
-        """Drop every cached block no sequence holds (an operator's cache reset)."""
-        return self.pool.reclaim()
-
     def release(self, seq: Sequence) -> None:
         self.pool.decref(seq.block_table)
         seq.set_table([])

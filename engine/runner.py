@@ -6,6 +6,7 @@ engine reads once the step has run."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -18,28 +19,39 @@ from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
-from .model import LoadedModel, StepContext, output_logits
+from .model import LoadedModel, StepContext, final_hidden, head_logits
 from .pool import BlockPool
-from .sampler import Sampler
+from .sampler import Sampled, Sampler
 from .scheduler import ScheduledStep
+from .step_inputs import StepInputs
+from .tensor_parallel import Ranks
 
 
 @dataclass(frozen=True)
 class Launched:
-    """A step on its way: its sampled tokens (one per sampling row, lazy),
-    what its attention launches did (the decode rows', the prefill chunk's),
+    """A step on its way: its sampled tokens (one per sampling row, lazy, with
+    their log-probabilities when a row asked), what its attention launches did (the decode rows', the prefill chunk's),
     and when its graph was built (what follows is MLX's: encoding the
     kernels, on the CPU running all but the last few of them)."""
 
-    tokens: mx.array
+    sampled: Sampled
     outcomes: tuple[DecodeOutcome, ...]
     built: float    # perf_counter when the graph was complete
 
+    @property
+    def tokens(self) -> mx.array:
+        return self.sampled.tokens
+
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, pool: BlockPool) -> None:
+    """Builds and enqueues each step's graph. Under tensor parallelism (``ranks``)
+    rank 0's runner sends every step's inputs to the other ranks before its
+    graph, and theirs build the same graph from them (``follow``)."""
+
+    def __init__(self, loaded: LoadedModel, pool: BlockPool, ranks: Ranks | None = None) -> None:
         self.loaded = loaded
         self.pool = pool
+        self.ranks = ranks
         self.sampler = Sampler()
         self.csr_builder = CsrBuilder(pool.block_size)
         self.planner = DecodePlanner()
@@ -52,47 +64,78 @@ class ModelRunner:
         the prefill chunk its prompt tokens; the page tables must already cover
         every position. Samples the decode rows, and the chunk's last token when
         it ends the prompt."""
+        inputs = StepInputs.of(batch, settings)
+        # Under tensor parallelism MLX may block here on a rank that stopped answering (async_eval waits
+        # once the stream holds enough work): the watchdog covers the whole launch.
+        with self.ranks.watch("a step to be enqueued") if self.ranks is not None else nullcontext():
+            if self.ranks is not None:
+                self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
+            hidden, last, outcomes = self.forward(inputs, last_tokens)
+            sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
+            logits = head_logits(self.loaded.model, hidden)
+            sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
+                       else Sampled(mx.zeros((0,), mx.int32)))
+            built = time.perf_counter()
+            # The pool arrays are outputs of every step: evaluating them with the
+            # tokens keeps each layer's write in place and the graph from growing.
+            mx.async_eval(*sampled.arrays, *([last] if self.ranks is not None else []), self.pool.keys,
+                          self.pool.values)
+        return Launched(sampled, outcomes, built)
+
+    def follow(self, inputs: StepInputs) -> None:
+        """A rank other than 0: the same step from rank 0's inputs, its decode
+        tokens from rank 0 inside the graph; nothing sampled."""
+        _, last, _ = self.forward(inputs, None)
+        mx.async_eval(last, self.pool.keys, self.pool.values)   # the caller watches: it may block
+
+    def forward(self, inputs: StepInputs,
+                last_tokens: mx.array | None) -> tuple[mx.array, mx.array, tuple[DecodeOutcome, ...]]:
+        """The graph up to the last norm on the rows that sample; what every rank
+        must evaluate (under tensor parallelism the last norm on every row: its
+        last layer's collectives, which a middle prefill chunk's sampling rows
+        would leave out on rank 0 alone; else nothing more); and what its
+        attention launches did (the decode rows', the prefill chunk's)."""
         bs = self.pool.block_size
-        decode, seq = batch.decode, batch.prefill
-        positions = np.fromiter((s.num_cached_tokens for s in decode), np.int32, len(decode))
-        blocks = [s.block_table[p // bs] for s, p in zip(decode, positions.tolist())]
-        tokens = [last_tokens] if decode else []
+        rows = inputs.decode_rows
+        positions = np.asarray(inputs.positions, np.int32)
+        blocks = [table[p // bs] for table, p in zip(inputs.decode_tables, inputs.positions)]
+        tokens = []
+        if rows:
+            tokens.append(self.ranks.share_tokens(last_tokens, rows) if self.ranks is not None else last_tokens)
         ops = layer_ops()
         ctx = StepContext(self.pool, mx.array(positions), mx.array(blocks, dtype=mx.int32),
-                          mx.array(positions % bs), decode_rows=len(decode), ops=ops,
+                          mx.array(positions % bs), decode_rows=rows, ops=ops,
                           # Only where every read of the pool takes q (what orders the store before the reads):
                           # the fused decode kernels do, a prefill chunk's gather does not.
-                          store_in_kernel=seq is None and ops.stores_in_place and kernels.fused_takes(self.shape))
+                          store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
+                                           and kernels.fused_takes(self.shape)))
         outcomes = []
-        if decode:
-            ctx.decode_csr = self.csr_builder.build(tuple((s.id, s.table_version) for s in decode),
-                                                    [s.block_table for s in decode], positions + 1)
-            ctx.plan = self.planner.plan(ctx.decode_csr, settings, self.shape)
-        if seq is not None:
-            start, end = batch.prefill_start, batch.prefill_end
-            ctx.prefill_csr = PagedCsrView.from_host(host_csr([seq.block_table], [end], bs))
-            chunk_blocks, chunk_offsets = self.pool.slots(seq.block_table, start, end - start)
+        if rows:
+            ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1)
+            ctx.plan = self.planner.plan(ctx.decode_csr, inputs.settings, self.shape)
+        if inputs.prefill_table is not None:
+            start, end, table = inputs.prefill_start, inputs.prefill_end, inputs.prefill_table
+            ctx.prefill_csr = PagedCsrView.from_host(host_csr([table], [end], bs))
+            chunk_blocks, chunk_offsets = self.pool.slots(table, start, end - start)
             ctx.positions = mx.concatenate([ctx.positions, mx.arange(start, end, dtype=mx.int32)])
             ctx.slot_blocks = mx.concatenate([ctx.slot_blocks, mx.array(chunk_blocks, dtype=mx.int32)])
             ctx.slot_offsets = mx.concatenate([ctx.slot_offsets, mx.array(chunk_offsets, dtype=mx.int32)])
-            tokens.append(mx.array(seq.token_ids[start:end], dtype=mx.int32))
-        sampling = decode + ([seq] if batch.finishes_prefill else [])
+            tokens.append(mx.array(inputs.prefill_tokens, dtype=mx.int32))
         # Rows that sample nothing (a middle chunk's) get no logits: their graph is never evaluated. A step of
         # decode rows only samples every row, with no gather of the rows.
-        rows = None
-        if seq is not None:
-            last = [len(decode) + batch.prefill_tokens - 1] if batch.finishes_prefill else []
-            rows = mx.array(list(range(len(decode))) + last, dtype=mx.int32)
-        logits = output_logits(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, rows)
-        sampled = self.sampler.sample(logits, sampling) if sampling else mx.zeros((0,), mx.int32)
-        if decode:
+        sample_rows = None
+        if inputs.prefill_table is not None:
+            last = [rows + inputs.prefill_rows - 1] if inputs.finishes_prefill else []
+            sample_rows = mx.array(list(range(rows)) + last, dtype=mx.int32)
+        every = self.ranks is not None and sample_rows is not None
+        hidden = final_hidden(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, None if every else sample_rows)
+        last = hidden
+        if every:
+            hidden = hidden[sample_rows]
+        if rows:
             outcomes.append(ctx.plan.outcome)     # after the layers: a launch that failed in one of them shows
-        if seq is not None:
-            outcomes.append(gather_outcome(1, batch.prefill_tokens))
+        if inputs.prefill_table is not None:
+            outcomes.append(gather_outcome(1, inputs.prefill_rows))
         for outcome in outcomes:
             log_first_launch(outcome)
-        built = time.perf_counter()
-        # The pool arrays are outputs of every step: evaluating them with the
-        # tokens keeps each layer's write in place and the graph from growing.
-        mx.async_eval(sampled, self.pool.keys, self.pool.values)
-        return Launched(sampled, tuple(outcomes), built)
+        return hidden, last, tuple(outcomes)

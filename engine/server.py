@@ -4,7 +4,9 @@ Starlette on uvicorn. A completion body becomes one CompletionRequest, its
 prompt becomes token ids on a worker thread (PromptEncoder), and its sequence
 is one _Run: engine events arrive on the engine thread and are handed to the
 request's asyncio queue, and however the response ends, _Run.end lets go of
-the sequence.
+the sequence. Every request is logged once at info when its response ends
+(method, route, status, tokens, latency: never a key or a prompt) and counted
+in the HTTP metrics (_AccessLog).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import contextlib
 import hmac
 import ipaddress
 import json
+import logging
 import time
 import uuid
+from importlib.metadata import version
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -28,11 +32,13 @@ from .config import FIELDS as CASCADE_FIELDS
 from .config import ConfigError
 from .engine import Engine, EngineClosed
 from .limits import ServerLimits
-from .openai_api import ApiError, CompletionRequest, number
+from .openai_api import ApiError, CompletionRequest, check_model, number
 from .prompts import PromptEncoder
 from .scheduler import RequestRejected
 from .sequence import SamplingParams, Sequence
 from .sessions import SessionManager, TooManySessions
+
+log = logging.getLogger("mlxcel.server")
 
 
 class OpenAIServer:
@@ -55,8 +61,12 @@ class OpenAIServer:
         self.created = int(time.time())
         self.app = Starlette(routes=[
             Route("/health", self.health),
+            Route("/version", self.version),
             Route("/metrics", self.metrics),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/v1/models", self.models),
+            Route("/v1/models/{model_id:path}", self.model),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/cascade", self.cascade, methods=["GET", "POST"]),
@@ -65,6 +75,7 @@ class OpenAIServer:
         ], exception_handlers={ApiError: lambda request, err: err.response(), HTTPException: _http_error,
                                ClientDisconnect: _client_gone})
         self.app.add_middleware(_Guard, server=self)
+        self.app.add_middleware(_AccessLog, metrics=engine.metrics)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -93,20 +104,25 @@ class OpenAIServer:
 
     async def _start(self, request: Request, chat: bool) -> tuple[CompletionRequest, _Run]:
         req = CompletionRequest.parse(await self._json_body(request), chat=chat, model=self.model_name,
-                                      limits=self.limits)
+                                      limits=self.limits, vocab_size=self.engine.vocab_size)
         ids = await self.prompts.token_ids(req)
         if len(ids) > self.engine.max_sequence_tokens:
             raise ApiError(400, f"the prompt has {len(ids)} tokens; the KV pool holds "
                                 f"{self.engine.max_sequence_tokens}", "prompt")
-        return req, self._submit(ids, req.params)
+        run = self._submit(ids, req.params)
+        request.state.run = run  # for the access log: its tokens
+        return req, run
 
     def _submit(self, ids: list[int], params: SamplingParams) -> _Run:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
+        with_logprobs = params.logprobs is not None
 
         def on_event(seq, token, reason):
+            # On the engine thread, where the token's logprobs were just appended.
+            entry = seq.logprobs[-1] if with_logprobs and token is not None else None
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, (token, reason))
+                loop.call_soon_threadsafe(queue.put_nowait, (token, reason, entry))
             except RuntimeError:  # the request's event loop is gone; its sequence is being cancelled
                 pass
 
@@ -127,9 +143,46 @@ class OpenAIServer:
 
     # -- OpenAI endpoints -----------------------------------------------------
 
+    def _model_card(self) -> dict:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "mlxcel",
+                "max_model_len": self.engine.max_sequence_tokens}
+
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "mlxcel"}]})
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        check_model(request.path_params["model_id"], self.model_name)
+        return JSONResponse(self._model_card())
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": version("mlxcel-tui")})
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's /tokenize: a completion's `prompt` or a chat's `messages` (the
+        chat template applied) to the ids the engine would be given."""
+        body = await self._json_body(request)
+        chat = "messages" in body
+        unknown = sorted(set(body) - ({"model", "messages"} if chat else {"model", "prompt"}))
+        if unknown:
+            raise ApiError(400, f"'{unknown[0]}' is not a field /tokenize supports", unknown[0])
+        req = CompletionRequest.parse(body, chat=chat, model=self.model_name, limits=self.limits,
+                                      vocab_size=self.engine.vocab_size)
+        ids = await self.prompts.token_ids(req)
+        return JSONResponse({"count": len(ids), "max_model_len": self.engine.max_sequence_tokens, "tokens": ids})
+
+    async def detokenize(self, request: Request) -> Response:
+        body = await self._json_body(request)
+        unknown = sorted(set(body) - {"model", "tokens"})
+        if unknown:
+            raise ApiError(400, f"'{unknown[0]}' is not a field /detokenize supports", unknown[0])
+        check_model(body.get("model"), self.model_name)
+        tokens = body.get("tokens")
+        vocab = self.engine.vocab_size
+        if not isinstance(tokens, list) or len(tokens) > self.limits.max_prompt_tokens or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens):
+            raise ApiError(400, f"'tokens' must be a list of up to {self.limits.max_prompt_tokens} token ids "
+                                f"in [0, {vocab})", "tokens")
+        return JSONResponse({"prompt": self.engine.tokenizer.decode(tokens)})
 
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, chat=False)
@@ -143,15 +196,21 @@ class OpenAIServer:
                 "model": self.model_name}
         if req.stream:
             return _SequenceStream(run, self._stream(req, run, base))
-        text, generated = "", []
+        text, generated, entries = "", [], []
         try:
             async with contextlib.aclosing(run.events(req.stop)) as events:
-                async for delta, _, ids in _until_disconnect(request, events):
+                async for delta, _, ids, logprobs in _until_disconnect(request, events):
                     text += delta
                     generated += ids
+                    entries += logprobs
         finally:
             run.end()
-        return JSONResponse({**base, "choices": [req.choice(text, run.reason, generated)], "usage": run.usage()})
+        logprobs = req.logprobs(generated, entries, self._token_text)
+        return JSONResponse({**base, "choices": [req.choice(text, run.reason, generated, logprobs)],
+                             "usage": run.usage()})
+
+    def _token_text(self, token: int) -> str:
+        return self.engine.tokenizer.decode([token])
 
     async def _stream(self, req: CompletionRequest, run: _Run, base: dict):
         base = {**base, "object": req.chunk_object}
@@ -161,9 +220,13 @@ class OpenAIServer:
 
         if req.chat:
             yield chunk(req.chunk_choice("", None, [], first=True))
-        async for delta, reason, ids in run.events(req.stop, every_token=req.return_token_ids):
-            if delta or reason or (req.return_token_ids and ids):
-                yield chunk(req.chunk_choice(delta, reason, ids))
+        sent = 0
+        every_token = req.return_token_ids or req.params.logprobs is not None
+        async for delta, reason, ids, entries in run.events(req.stop, every_token=every_token):
+            if delta or reason or (every_token and ids):
+                logprobs = req.logprobs(ids, entries, self._token_text, sent)
+                yield chunk(req.chunk_choice(delta, reason, ids, logprobs=logprobs))
+                sent += len(delta)
         if req.include_usage:
             yield "data: " + json.dumps({**base, "choices": [], "usage": run.usage()}) + "\n\n"
         yield "data: [DONE]\n\n"
@@ -226,16 +289,19 @@ class _Run:
         self.reason: str | None = None  # the finish reason the client is told
 
     async def events(self, stop: tuple[str, ...], every_token: bool = False):
-        """Yield (text delta, finish reason, new token ids); with every_token, one
-        event per generated token even while the detokenizer holds its text back."""
+        """Yield (text delta, finish reason, new token ids, their TokenLogprobs when
+        asked for); with every_token, one event per generated token even while the
+        detokenizer holds its text back."""
         detok = self.engine.tokenizer.detokenizer
         eos = self.engine.tokenizer.eos_token_ids
-        text, sent, ids = "", 0, []
+        text, sent, ids, entries = "", 0, [], []
         holdback = max((len(s) - 1 for s in stop), default=0)  # a tail that could still grow into a stop string
         while self.reason is None:
-            token, reason = await self.queue.get()
+            token, reason, entry = await self.queue.get()
             if token is not None:
                 ids.append(token)
+            if entry is not None:
+                entries.append(entry)
             if token is not None and token not in eos:
                 detok.add_token(token)
             if reason is not None:
@@ -247,8 +313,8 @@ class _Run:
             safe = len(text) if reason else max(sent, len(text) - holdback)
             self.reason = reason
             if safe > sent or reason or (every_token and ids):
-                yield text[sent:safe], reason, ids
-                sent, ids = safe, []
+                yield text[sent:safe], reason, ids, entries
+                sent, ids, entries = safe, [], []
 
     def end(self) -> None:
         if not self.seq.is_finished:
@@ -344,11 +410,14 @@ def is_local_host(host: str, bound: str) -> bool:
         return False
 
 
+UNAUTHENTICATED = ("/metrics", "/health")
+
+
 class _Guard:
     """Every request, before routing: the Host check (see OpenAIServer), no
     Origin but the server's own (there is no CORS: a browser page of another
     site gets nothing), and with a key, the bearer token on every endpoint but
-    /metrics."""
+    /metrics and /health (as vLLM's: probes and scrapers carry no key)."""
 
     def __init__(self, app, server: OpenAIServer) -> None:
         self.app = app
@@ -374,8 +443,46 @@ class _Guard:
             return ApiError(403, "cross-origin requests are refused (this server sends no CORS headers)",
                             kind="permission_error")
         key = server.api_key
-        if key and scope["path"] != "/metrics":
+        if key and scope["path"] not in UNAUTHENTICATED:
             if not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {key}".encode()):
                 return ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
                                 kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
         return None
+
+
+class _AccessLog:
+    """Outermost: every HTTP request, refused or routed, logged once at info
+    when its response ends and counted in the HTTP metrics by route (the
+    route's template, so a client cannot mint label values) and status."""
+
+    def __init__(self, app, metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500  # unless a response starts
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self._done(scope, status, time.perf_counter() - start)
+
+    def _done(self, scope, status: int, seconds: float) -> None:
+        route = scope.get("route")
+        name = route.path if route is not None else "unmatched"
+        method = scope["method"] if scope["method"] in ("GET", "POST", "HEAD", "OPTIONS") else "other"
+        self.metrics.http_request(method, name, status, seconds)
+        run = scope.get("state", {}).get("run")
+        tokens = (f" prompt_tokens={run.seq.num_prompt_tokens} completion_tokens={run.seq.num_completion_tokens}"
+                  f" finish={run.reason or run.seq.finish_reason}" if run is not None else "")
+        log.info("%s %s %d%s %.1f ms", method, name, status, tokens, seconds * 1e3)

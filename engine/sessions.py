@@ -82,7 +82,6 @@ class SessionManager:
         self.sessions: list[Session] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
 
     def add(self, count: int = 1) -> list[Session]:
         """Start `count` sessions; refuses (adding none) past MAX_SESSIONS."""
@@ -142,12 +141,5 @@ class SessionManager:
             session.current = None
             again = session.active and reason in ("stop", "length") and (
                 self.turns is None or session.turns < self.turns)
-            if not again:
-                self._idle.notify_all()
         if again:
             self._ask(session)
-
-    def wait_done(self, timeout: float | None = None) -> bool:
-        """With a turn limit: wait until every session has finished its turns."""
-        with self._idle:
-            return self._idle.wait_for(lambda: all(s.current is None for s in self.sessions), timeout)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 class SequenceView:
     id: int
     label: str
-    status: str
+    status: str  # "waiting", "prefilling" or "running"
     num_tokens: int
     num_prompt_tokens: int
     num_cached_tokens: int
@@ -20,6 +20,10 @@ class SequenceView:
     refcounts: tuple[int, ...]  # per page, at snapshot time
     first_page_offset: int
     last_page_len: int  # valid tokens in the last page
+    prompt_head: str = ""   # the prompt's first tokens, decoded
+    latest_text: str = ""   # the last generated tokens, decoded
+    ttft_seconds: float | None = None        # submission to first token; None before it
+    tokens_per_second: float | None = None   # generated tokens after the first, over the time since it
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,24 @@ class StepRecord:
     host_seconds: float = 0.0    # the engine's: scheduling, planning, building the graph
     device_seconds: float = 0.0  # MLX's: encoding and running the kernels, waiting for them
     prefill_tokens: int = 0      # prompt tokens computed beside the decode rows
+    kv_bytes_flat: int = 0       # KV bytes the decode rows' attention reads flat (all layers)
+    kv_bytes_saved: int = 0      # of those, the bytes a cascade launch did not read (all layers)
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: int
+    kv_heads: int             # this rank's share of the KV heads: its pool holds only these
+    pool_bytes: int           # its pool's K/V bytes (every rank's pool has the same blocks)
+    active_memory_bytes: int  # MLX memory, as of a recent message between the ranks
+    peak_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class TensorParallelView:
+    size: int
+    backend: str              # mx.distributed's: "ring", "nccl", "mpi", "jaccl"
+    ranks: tuple[RankView, ...]
 
 
 @dataclass(frozen=True)
@@ -90,7 +112,9 @@ class EngineSnapshot:
     running: int
     preemptions: int
     paused: bool = False
+    tensor_parallel: TensorParallelView | None = None   # None on one device
     extra: dict = field(default_factory=dict)
+    queued: tuple[SequenceView, ...] = ()  # submitted, holding no pages yet (status "waiting"), oldest first
 
     def decode_latencies(self, field: str = "seconds") -> list[float]:
         """A StepRecord field (seconds, host_seconds, device_seconds) of the recent decode steps."""

@@ -37,8 +37,8 @@ How MLX gets them: each kernel is a device function in one library (the
 header below plus the three bodies), written once to a file (the user's
 cache, else the temp directory); a launch hands MLX only an ``#include`` of
 that file and a one-line call. MLX rebuilds and std::hashes a custom
-kernel's whole text on every launch (run 40 measured ~0.3 us of host encode
-per KB on the H200's host), so sending the ~34 KB of a cascade step's three
+kernel's whole text on every launch (~0.3 us of host encode per KB on the
+H200's host, measured with an encode probe), so sending the ~34 KB of a cascade step's three
 kernels cost ~10 us a step.
 """
 

@@ -30,7 +30,7 @@ TARGET_BLOCKS = 528
 # extra tile adds its heads' partial states to write and fold. Measured on the
 # H200 (8192 shared x 32 and x 64, 32768 x 32) with 4-warp blocks: the best
 # tile width gave 256 blocks, about two per multiprocessor, in each of the
-# three cells; run 14's sweep, with two head-splitting warps, still puts the
+# three cells; the later sweep with two head-splitting warps still puts the
 # best at 256 (8192 x 32: 0.075 ms, against 0.092 at 512 blocks and 0.085 at
 # 128). Counted in blocks of the platform's warps: a level-0 launch with
 # bigger blocks gets proportionally fewer.
@@ -38,7 +38,7 @@ LEVEL0_TARGET_BLOCKS = 256
 
 # Level 0's warps that split heads (the others split tokens): at most two.
 # Four take 176 registers a lane at D=128 (two blocks per SM), two take 164
-# (three). Measured on the H200 (run 13): 8192 x 32 0.073-0.077 ms against
+# (three). Measured on the H200 (the warps_m cap x tile width sweep): 8192 x 32 0.073-0.077 ms against
 # 0.083-0.084 uncapped, 2048 x 64 0.075 against 0.088, 8192 x 64 even
 # (0.116 / 0.118); 32768 x 32 loses 6% (0.155 against 0.146).
 LEVEL0_MAX_WARPS_M = 2

@@ -1,10 +1,15 @@
-"""The dashboard: polls a DataSource in a worker thread, turns each poll into
-a Frame and hands it to the panels; keys and inputs change the engine only
-through the source's control calls, also off the UI thread."""
+"""The dashboard: a screen that polls a DataSource in a worker thread, turns
+each poll into a Frame and hands it to the panels; keys change the engine
+only through the source's control calls, also off the UI thread.
+
+The layout follows the terminal (as btop and k9s do): from WIDE columns the
+page map has the cascade panels beside it; below, they stack under it, two
+abreast from MEDIUM columns; the per-step latency panel shows from TALL rows
+and the history plots from PLOTS rows. The controls are prompts over the
+screen, so they work whatever is shown, and the footer is always there."""
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from textual import work
@@ -12,49 +17,62 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
+from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Footer
 
-from .frame import Frame, HostInfo, HostProbe, RateMeter, StallWatch
 from .answers import AnswersScreen
+from .frame import Frame, History, HostInfo, HostProbe, RateMeter, StallWatch
 from .help import HelpScreen
-from .panels.controls import THRESHOLDS, ControlsPanel
 from .panels.header import HeaderPanel
+from .panels.history import HistoryPanel
 from .panels.latency import LatencyPanel
 from .panels.launch_paths import LaunchPathsPanel
-from .panels.page_map import PageMap
+from .panels.page_map import SORTS, PageMap
+from .panels.savings import SavingsPanel
 from .panels.status import StatusLine
 from .panels.subgroups import SubgroupsPanel
+from .prompt import PromptScreen
+from .recording import Recorder
+from .sequence_screen import SequenceScreen
 from .source import DataSource, EngineSource, SourceError, SourceFailed, SourceNotReady
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)  # refresh steps for + and -
-CONTROL_ACTIONS = frozenset({"toggle_cascade", "focus_input", "sessions", "toggle_pause"})
+CONTROL_ACTIONS = frozenset({"toggle_cascade", "edit_threshold", "sessions", "toggle_pause"})
+THRESHOLDS = {"min_shared_pages": "fewest shared pages a cascade needs (>= 1)",
+              "min_members": "fewest sequences a cascade subgroup needs (>= 2)"}
+WIDE, MEDIUM = 140, 100  # columns: map beside the panels / panels two abreast under it
+TALL, PLOTS = 44, 36     # rows: the latency panel shows / the history plots show
+HELP_NOTE = ("A threshold prompt applies its value with Enter: the engine refuses a bad one with a message in the "
+             "status line and keeps the old value. The map's row cursor picks the sequence Enter opens; "
+             "/ filters the rows by id, label, group or state (empty: all). Panels refresh on every poll.")
 
 
-class DashboardApp(App):
-    CSS_PATH = "app.tcss"
-    TITLE = "mlxcel-tui"
-    ENABLE_COMMAND_PALETTE = False
-
+class DashboardScreen(Screen):
     BINDINGS = [
         Binding("c", "toggle_cascade", "Cascade", tooltip="Switch cascade attention on or off, live"),
-        Binding("m", "focus_input('min-shared-pages')", "Min pages",
-                tooltip="Edit min_shared_pages (Enter applies, Esc leaves)"),
-        Binding("n", "focus_input('min-members')", "Min members",
-                tooltip="Edit min_members (Enter applies, Esc leaves)"),
-        Binding("a", "sessions(1)", "+Session", tooltip="Add a built-in client session"),
-        Binding("d", "sessions(-1)", "-Session", tooltip="Remove the newest built-in session"),
+        Binding("m", "edit_threshold('min_shared_pages')", "Pages",
+                tooltip="Set min_shared_pages (a prompt: Enter applies, Esc leaves)"),
+        Binding("n", "edit_threshold('min_members')", "Members",
+                tooltip="Set min_members (a prompt: Enter applies, Esc leaves)"),
+        Binding("a", "sessions(1)", "+Session", show=False, tooltip="Add a built-in client session"),
+        Binding("d", "sessions(-1)", "-Session", show=False, tooltip="Remove the newest built-in session"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume the engine"),
-        Binding("s", "answers", "Answers", tooltip="Show each session's latest question and answer"),
-        Binding("plus,equals_sign", "refresh_rate(-1)", "Faster", tooltip="Poll more often"),
-        Binding("minus", "refresh_rate(1)", "Slower", tooltip="Poll less often"),
-        Binding("r", "poll", "Refresh", tooltip="Poll the source now"),
-        Binding("z", "toggle_fit", "Fit map",
+        Binding("down,j", "cursor(1)", "Down", show=False, tooltip="Select the next sequence"),
+        Binding("up,k", "cursor(-1)", "Up", show=False, tooltip="Select the previous sequence"),
+        Binding("enter", "detail", "Detail", show=False, tooltip="Open the selected sequence's detail"),
+        Binding("slash", "filter", "Filter", tooltip="Show only the rows matching a text (empty: all)"),
+        Binding("s", "sort", "Sort", tooltip=f"Sort the rows by {', then '.join(SORTS)}"),
+        Binding("l", "answers", "Answers", show=False, tooltip="Show each session's latest question and answer"),
+        Binding("plus,equals_sign", "refresh_rate(-1)", "Faster", show=False, tooltip="Poll more often"),
+        Binding("minus", "refresh_rate(1)", "Slower", show=False, tooltip="Poll less often"),
+        Binding("r", "poll('polling now')", "Refresh", tooltip="Poll the source now"),
+        Binding("z", "toggle_fit", "Fit map", show=False,
                 tooltip="Page map: one page per cell (scroll sideways) or fit the width (N pages per cell)"),
-        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme"),
+        Binding("t", "toggle_theme", "Theme", show=False, tooltip="Switch between the dark and the light theme"),
         Binding("question_mark,f1", "help", "Help", tooltip="Show this help (any key closes it)"),
-        Binding("escape", "back", "Back", show=False, tooltip="Leave an input: keys act on the dashboard again"),
-        Binding("q", "quit", "Quit", tooltip="Quit (under `serve` the engine stops with the dashboard)"),
+        Binding("escape", "back", "Back", show=False, tooltip="Back to the fleet (attach with several URLs)"),
+        Binding("q", "app.quit", "Quit", tooltip="Quit (under `serve` the engine stops with the dashboard)"),
     ]
 
     frame: reactive[Frame | None] = reactive(None)
@@ -65,46 +83,60 @@ class DashboardApp(App):
     can_control: reactive[bool] = reactive(True)
 
     def __init__(self, source: DataSource, url: str | None = None, refresh: float = 1.0, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 host: Callable[[dict], HostInfo] | None = None, notice: str | None = None) -> None:
-        """clock and host are injectable so tests get deterministic rates and
-        host figures; by default they read the monotonic clock and, for an
-        in-process engine, psutil and MLX. A notice starts in the message line."""
+                 host: Callable[[dict], HostInfo] | None = None, notice: str | None = None,
+                 recorder: Recorder | None = None, back: bool = False) -> None:
+        """host is injectable so tests get fixed host figures; by default, for
+        an in-process engine, psutil and MLX, else what the snapshot carries.
+        A notice starts in the message line; every poll goes to the recorder;
+        back: Esc pops this screen (a fleet's drill-down)."""
         super().__init__()
         self.source = source
         self.url = url
-        self.clock = clock
         self.host = host or HostProbe(in_process=isinstance(source, EngineSource))
-        self.set_reactive(DashboardApp.interval, self.validate_interval(refresh))
-        self.set_reactive(DashboardApp.can_control, source.can_control)
+        self.recorder = recorder
+        self.back = back
+        self.set_reactive(DashboardScreen.interval, self.validate_interval(refresh))
+        self.set_reactive(DashboardScreen.can_control, source.can_control)
         if notice:
-            self.set_reactive(DashboardApp.message, (notice, "error"))
+            self.set_reactive(DashboardScreen.message, (notice, "error"))
         self._rates = RateMeter()
         self._stall = StallWatch()
+        self._history = History()
         self._polls = 0
         self._polling = False
         self._poll_again = False
         self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield HeaderPanel(id="header").data_bind(DashboardApp.frame, DashboardApp.preparing)
-        with Horizontal(id="body"):
-            yield PageMap(id="page-map").data_bind(DashboardApp.frame)
-            with Vertical(id="side"):
-                yield SubgroupsPanel(id="subgroups").data_bind(DashboardApp.frame)
-                yield LaunchPathsPanel(id="launch-paths").data_bind(DashboardApp.frame)
-                yield ControlsPanel(id="controls").data_bind(DashboardApp.frame)
-        yield LatencyPanel(id="latency").data_bind(DashboardApp.frame)
-        yield StatusLine(id="status").data_bind(DashboardApp.frame, DashboardApp.interval,
-                                                DashboardApp.poll_error, DashboardApp.message,
-                                                DashboardApp.preparing)
+        yield HeaderPanel(id="header").data_bind(DashboardScreen.frame, DashboardScreen.preparing)
+        with Vertical(id="body"):
+            with Horizontal(id="main"):
+                yield PageMap(id="page-map").data_bind(DashboardScreen.frame, DashboardScreen.preparing)
+                with Vertical(id="side"):
+                    yield SubgroupsPanel(id="subgroups").data_bind(DashboardScreen.frame)
+                    yield SavingsPanel(id="savings").data_bind(DashboardScreen.frame)
+                    yield LaunchPathsPanel(id="launch-paths").data_bind(DashboardScreen.frame)
+            yield LatencyPanel(id="latency").data_bind(DashboardScreen.frame)
+            yield HistoryPanel(id="history").data_bind(DashboardScreen.frame)
+        yield StatusLine(id="status").data_bind(DashboardScreen.frame, DashboardScreen.interval,
+                                                DashboardScreen.poll_error, DashboardScreen.message,
+                                                DashboardScreen.preparing)
         yield Footer()
 
     def on_mount(self) -> None:
-        self.theme = "textual-dark"
         self._timer = self.set_interval(self.interval, self.tick)
         self.query_one("#map-table", DataTable).focus()
         self.action_poll()
+
+    def on_resize(self) -> None:
+        """The layout classes for this terminal size (app.tcss lays each out)."""
+        width, height = self.size
+        self.set_class(width >= WIDE, "-wide")
+        self.set_class(MEDIUM <= width < WIDE, "-medium")
+        self.set_class(width < MEDIUM, "-narrow")
+        self.set_class(height >= TALL, "-tall")
+        self.set_class(height >= PLOTS, "-plots")
+        self.query_one(Footer).compact = width < WIDE
 
     # -- polling --------------------------------------------------------------
 
@@ -123,8 +155,10 @@ class DashboardApp(App):
         if not self._polling:
             self.action_poll()
 
-    def action_poll(self) -> None:
+    def action_poll(self, said: str | None = None) -> None:
         """Start a poll, unless one is in flight (then poll again right after it)."""
+        if said:
+            self.say(said)
         if self._polling:
             self._poll_again = True
             return
@@ -137,24 +171,30 @@ class DashboardApp(App):
             snapshot = self.source.snapshot()
             metrics = self.source.metrics()
             host = self.host(snapshot)
+            if self.recorder is not None:
+                self.recorder.write(snapshot, metrics)
         except SourceNotReady as err:
-            self.call_from_thread(self.poll_not_ready, str(err))
+            self.app.call_from_thread(self.poll_not_ready, str(err))
             return
         except SourceFailed:
-            self.call_from_thread(self.exit)
+            self.app.call_from_thread(self.app.exit)
             return
         except Exception as err:  # any failure is a status line, never a traceback
-            self.call_from_thread(self.poll_failed, describe(err))
+            self.app.call_from_thread(self.poll_failed, describe(err))
             return
-        self.call_from_thread(self.poll_done, snapshot, metrics, host, self.clock())
+        self.app.call_from_thread(self.poll_done, snapshot, metrics, host)
 
-    def poll_done(self, snapshot: dict, metrics: dict[str, float], host: HostInfo, now: float) -> None:
+    def poll_done(self, snapshot: dict, metrics: dict[str, float], host: HostInfo) -> None:
         self._polls += 1
         stalled = self._stall.observe(snapshot["cascade"]["enabled"], metrics)
-        self.frame = Frame(snapshot, metrics, self._rates.update(now, metrics), host, stalled,
-                           self.source.description, self.url, self.source.can_control, self._polls)
+        # Rates and history run on the engine's clock (a replay's too), not this process's.
+        rates = self._rates.update(snapshot["timestamp"], metrics)
+        self.frame = Frame(snapshot, metrics, rates, host, stalled, self.source.description, self.url,
+                           self.source.can_control, self._polls, self._history.update(snapshot))
         self.can_control = self.source.can_control
         self.poll_error = self.preparing = None
+        if self.message[0] == "polling now":
+            self.say(f"polled: step {snapshot['step']}")
         self.poll_finished()
 
     def poll_not_ready(self, what: str) -> None:
@@ -176,6 +216,8 @@ class DashboardApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CONTROL_ACTIONS and not self.can_control:
             return None  # shown greyed out in the footer
+        if action == "back" and not self.back:
+            return None
         return True
 
     def watch_can_control(self) -> None:
@@ -188,22 +230,18 @@ class DashboardApp(App):
     def control(self, call: Callable[[], object], done: str) -> None:
         """Run one control call off the UI thread; report, then re-poll."""
         try:
-            result = call()
+            call()
         except Exception as err:
-            self.call_from_thread(self.control_refused, describe(err))
+            self.app.call_from_thread(self.control_refused, describe(err))
         else:
-            self.call_from_thread(self.control_done, done, result)
+            self.app.call_from_thread(self.control_done, done)
 
-    def control_done(self, done: str, result: object) -> None:
+    def control_done(self, done: str) -> None:
         self.say(done)
-        if isinstance(result, dict):  # set_cascade answers with the config in force
-            self.query_one(ControlsPanel).show_config(result, force=True)
         self.action_poll()
 
     def control_refused(self, error: str) -> None:
         self.say(f"refused: {error}", "error")
-        if self.frame is not None:  # the old values stay, and the inputs show them again
-            self.query_one(ControlsPanel).show_config(self.frame.snapshot["cascade"], force=True)
         self.action_poll()
 
     def action_toggle_cascade(self) -> None:
@@ -212,27 +250,27 @@ class DashboardApp(App):
         enabled = not self.frame.snapshot["cascade"]["enabled"]
         self.control(lambda: self.source.set_cascade(enabled=enabled), f"cascade {'on' if enabled else 'off'}")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        name = THRESHOLDS.get(event.input.id or "")
-        if name is None:
+    def action_edit_threshold(self, name: str) -> None:
+        if self.frame is None:
             return
-        self.query_one("#map-table", DataTable).focus()  # keys act on the dashboard again
-        text = event.value.strip()
+        old = self.frame.snapshot["cascade"][name]
+        self.app.push_screen(PromptScreen(f"{name}: {THRESHOLDS[name]}", str(old)),
+                             lambda text: self.apply_threshold(name, old, text))
+
+    def apply_threshold(self, name: str, old: int, text: str | None) -> None:
+        if text is None:
+            return
         try:
             value = int(text)
         except ValueError:
-            old = self.frame.snapshot["cascade"][name] if self.frame else None
             self.control_refused(f"{name} must be an integer, got {text!r}; kept {old}")
             return
         self.control(lambda: self.source.set_cascade(**{name: value}), f"{name} = {value}")
 
-    def action_focus_input(self, input_id: str) -> None:
-        self.query_one(f"#{input_id}", Input).focus()
-
     def action_sessions(self, delta: int) -> None:
         add, remove = max(delta, 0), max(-delta, 0)
         self.control(lambda: self.source.change_sessions(add=add, remove=remove),
-                     "added a session" if add else "removed a session")
+                     "added a session (a waiting row until admitted)" if add else "removed a session")
 
     def action_toggle_pause(self) -> None:
         if self.frame is None:
@@ -242,6 +280,37 @@ class DashboardApp(App):
 
     # -- view -------------------------------------------------------------------
 
+    @property
+    def page_map(self) -> PageMap:
+        return self.query_one(PageMap)
+
+    def action_cursor(self, delta: int) -> None:
+        table = self.query_one("#map-table", DataTable)
+        table.move_cursor(row=max(0, table.cursor_row + delta))
+
+    def action_detail(self) -> None:
+        seq_id = self.page_map.selected
+        if seq_id is not None:
+            self.app.push_screen(SequenceScreen(self, seq_id))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_detail()
+
+    def action_filter(self) -> None:
+        self.app.push_screen(PromptScreen("filter the rows (id, label, group or state; empty shows all)",
+                                          self.page_map.filter), self.set_filter)
+
+    def set_filter(self, text: str | None) -> None:
+        if text is not None:
+            self.page_map.filter = text
+            self.say(f"showing rows matching /{text}" if text else "showing every row")
+
+    def action_sort(self) -> None:
+        page_map = self.page_map
+        page_map.sort = SORTS[(SORTS.index(page_map.sort) + 1) % len(SORTS)]
+        self.say(f"rows sorted by {page_map.sort}")
+
     def action_refresh_rate(self, direction: int) -> None:
         if direction < 0:
             self.interval = max((i for i in INTERVALS if i < self.interval), default=INTERVALS[0])
@@ -250,11 +319,10 @@ class DashboardApp(App):
         self.say(f"refreshing every {self.interval:g} s")
 
     def action_toggle_fit(self) -> None:
-        page_map = self.query_one(PageMap)
-        page_map.fit = not page_map.fit
+        self.page_map.fit = not self.page_map.fit
 
     def action_toggle_theme(self) -> None:
-        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+        self.app.theme = "textual-light" if self.app.theme == "textual-dark" else "textual-dark"
 
     @work(thread=True, group="control", exit_on_error=False)
     def action_answers(self) -> None:
@@ -262,26 +330,36 @@ class DashboardApp(App):
         try:
             sessions = self.source.session_answers()
         except Exception as err:
-            self.call_from_thread(self.say, f"no answers: {describe(err)}", "error")
+            self.app.call_from_thread(self.say, f"no answers: {describe(err)}", "error")
         else:
-            self.call_from_thread(self.push_screen, AnswersScreen(sessions))
+            self.app.call_from_thread(self.app.push_screen, AnswersScreen(sessions))
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.app.push_screen(HelpScreen("keys", self.BINDINGS, HELP_NOTE))
 
     def action_back(self) -> None:
-        self.query_one("#map-table", DataTable).focus()
+        if self.back:
+            self.dismiss()
+
+    def on_unmount(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
 
 
-async def settle(pilot) -> None:
-    """Under App.run_test: wait until no poll or control call is in flight and
-    their results are on screen (a control's re-poll included)."""
-    for _ in range(20):
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
-        if not len(pilot.app.workers):
-            return
-    raise TimeoutError("the dashboard kept starting workers")
+class DashboardApp(App):
+    """One source's dashboard (`serve`, `attach URL`, `replay FILE`)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "mlxcel-tui"
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(self, source: DataSource, url: str | None = None, refresh: float = 1.0, **kwargs) -> None:
+        super().__init__()
+        self.dashboard = DashboardScreen(source, url, refresh, **kwargs)
+
+    def on_mount(self) -> None:
+        self.theme = "textual-dark"
+        self.push_screen(self.dashboard)
 
 
 def describe(err: Exception) -> str:

@@ -1,4 +1,4 @@
-"""The help screen: every key of the app's one BINDINGS table."""
+"""The help screen: every key of the screen's one BINDINGS table."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ from rich.table import Table
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 
-def key_table(app) -> Table:
-    table = Table(box=None, padding=(0, 2), show_edge=False)
+def key_table(app, bindings) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False, expand=True)
     table.add_column("key", style="bold", no_wrap=True)
-    table.add_column("does")
+    table.add_column("does", ratio=1)
     rows: dict[str, list] = {}
-    for binding in Binding.make_bindings(app.BINDINGS):
+    for binding in Binding.make_bindings(bindings):
         row = rows.setdefault(binding.action, [[], binding.tooltip or binding.description])
         row[0].append(app.get_key_display(binding))
     for keys, does in rows.values():
@@ -37,11 +37,16 @@ class ClosingScreen(ModalScreen):
 
 
 class HelpScreen(ClosingScreen):
+    """The keys of the screen it was opened from; scrolls where the terminal is short."""
+
+    def __init__(self, title: str, bindings, note: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.bindings = bindings
+        self.note = note
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help"):
-            yield Static("mlxcel-tui · keys", id="help-title")
-            yield Static(key_table(self.app), id="help-keys")
-            yield Static("In a threshold input, Enter applies the value: the engine refuses a bad one with a "
-                         "message in the status line and keeps the old value. Panels refresh on every poll.\n"
-                         "Any key closes this help.", id="help-note")
+        with VerticalScroll(id="help"):
+            yield Static(f"mlxcel-tui · {self.title_text}", id="help-title")
+            yield Static(key_table(self.app, self.bindings), id="help-keys")
+            yield Static(self.note + "\nAny key closes this help.", id="help-note")

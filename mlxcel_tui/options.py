@@ -63,6 +63,12 @@ def limit_options(f):
     return f
 
 
+def record_option(f):
+    return click.option("--record", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+                        metavar="FILE", help="Record every poll the dashboard reads to FILE (JSON lines, gzip "
+                                             "when it ends in .gz) for `mlxcel-tui replay FILE`.")(f)
+
+
 def debug_option(f):
     return click.option("--debug", is_flag=True, help="Show full tracebacks and debug logs.")(f)
 
@@ -84,3 +90,16 @@ def model_options(f):
         "--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
         help="Weight dtype. Built-in models are converted to it (auto: float32 on a CPU, bfloat16 on a GPU); "
              "a model directory's float weights are cast to it (auto: as stored).")(f)
+
+
+BACKENDS = ("ring", "nccl", "mpi", "jaccl")
+
+
+def parallel_options(f):
+    f = click.option("--backend", type=click.Choice(BACKENDS), default=None,
+                     help="mx.distributed backend for --tensor-parallel [nccl where CUDA is the device, else "
+                          "ring].")(f)
+    f = click.option("--tensor-parallel", type=click.IntRange(1), default=None, metavar="N",
+                     help="Split the model over N ranks started with mlx.launch on this machine (under a "
+                          "user's own mlx.launch, the ranks it started).")(f)
+    return f

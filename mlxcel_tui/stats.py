@@ -11,33 +11,42 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from .frame import EXTRA_BLAS
-from .options import CliError, cascade_options, debug_option, model_options
-from .source import HttpSource, SourceError, samples_dict
-from .workload import build_engine, served_model, start_sessions, system_prompt_text
+from .options import CliError, cascade_options, debug_option, model_options, parallel_options
+from .source import HttpSource, SourceError, sample_key
+from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
+                       system_prompt_text)
+
+
+MIB = 1 << 20
 
 
 def snapshot_summary(snap: dict) -> dict:
-    """The operator's view of one snapshot: pool, sharing, prefix cache, plan, latency."""
+    """The operator's view of one snapshot: pool, sharing, prefix cache, plan,
+    latency; figures in the units their keys name, no block-id lists."""
     pool = snap["pool"]
     pages = sum(len(s["pages"]) for s in snap["sequences"])
+    plan = snap["plan"]
+    extra = snap.get("extra", {})
     return {
         "step": snap["step"],
         "model": snap["model"],
         "device": snap["device"],
-        "blas": snap.get("extra", {}).get(EXTRA_BLAS),
-        "sequences": len(snap["sequences"]),
+        "blas": extra.get(EXTRA_BLAS),
+        "running": snap["running"],
         "waiting": snap["waiting"],
         "pool_blocks": pool["num_blocks"],
         "pool_blocks_used": pool["live"],
         "pool_blocks_shared": pool["shared"],
         "pool_blocks_reusable": pool["reusable"],
+        "pool_block_bytes": pool["bytes_per_block"],
         # Storage figure: blocks the live page tables name, against what one
         # private copy per sequence would take.
         "page_table_entries": pages,
         "blocks_saved_by_sharing": pages - pool["live"] if pages else 0,
         "prefix_cache": snap["prefix_cache"],
         "cascade": snap["cascade"],
-        "last_plan": snap["plan"],
+        "last_plan": None if plan is None else {"members": len(plan["members"]), "shared_pages": plan["shared_pages"],
+                                                "shared_tokens": plan["shared_tokens"]},
         "decline_reason": snap["decline_reason"],
         "last_path": snap["last_path"],
         "step_latency_p50_ms": _ms(snap["latency_p50_seconds"]),
@@ -46,6 +55,9 @@ def snapshot_summary(snap: dict) -> dict:
         "step_host_p50_ms": _ms(snap.get("host_p50_seconds")),
         "step_device_p50_ms": _ms(snap.get("device_p50_seconds")),
         "tokens_per_second": round(snap["tokens_per_second"], 2),
+        "process_rss_bytes": extra.get("process_rss_bytes"),
+        "mlx_active_memory_bytes": extra.get("mlx_active_memory_bytes"),
+        "tensor_parallel": snap.get("tensor_parallel"),
     }
 
 
@@ -53,25 +65,100 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1e3, 3)
 
 
-def render_table(samples: dict[str, float], summary: dict, sessions: list[dict] | None = None) -> str:
+def metric_records(prometheus_text: str) -> list[dict]:
+    """Every sample as {"name", "labels", "value"}, in exposition order."""
+    return [{"name": s.name, "labels": s.labels, "value": s.value}
+            for family in text_string_to_metric_families(prometheus_text) for s in family.samples]
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / MIB:.1f} MiB"
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def _overview_rows(summary: dict) -> list[tuple[str, str]]:
+    block = summary["pool_block_bytes"]
+    used, total = summary["pool_blocks_used"], summary["pool_blocks"]
+    cache, cascade, plan = summary["prefix_cache"], summary["cascade"], summary["last_plan"]
+    ms = lambda key: "-" if summary[key] is None else f"{summary[key]:.2f} ms"  # noqa: E731
+    rows = [
+        ("BLAS", str(summary["blas"] or "-")),
+        ("requests", f"{summary['running']} running · {summary['waiting']} waiting"),
+        ("KV pool", f"{used} of {total} blocks used ({_pct(used, total)}) · {_mib(used * block)} of "
+                    f"{_mib(total * block)}"),
+        ("shared / reusable", f"{summary['pool_blocks_shared']} shared · {summary['pool_blocks_reusable']} "
+                              "reusable blocks"),
+        ("saved by sharing", f"{summary['blocks_saved_by_sharing']} blocks "
+                             f"({_mib(summary['blocks_saved_by_sharing'] * block)})"),
+        ("prefix cache", f"{cache['hits']} hits of {cache['queries']} lookups ({_pct(cache['hits'], cache['queries'])})"
+                         f" · {cache['prefix_tokens_reused']} tokens reused · {cache['evictions']} evictions"),
+        ("cascade", f"{'on' if cascade['enabled'] else 'off'} · from {cascade['min_shared_pages']} shared pages, "
+                    f"{cascade['min_members']} members"),
+        ("last plan", f"{plan['members']} members sharing {plan['shared_pages']} pages ({plan['shared_tokens']} "
+                      "tokens)" if plan else f"none ({summary['decline_reason'] or 'no decode step yet'})"),
+        ("last launch path", summary["last_path"] or "-"),
+        ("decode step", f"p50 {ms('step_latency_p50_ms')} · p99 {ms('step_latency_p99_ms')} · host p50 "
+                        f"{ms('step_host_p50_ms')} · device p50 {ms('step_device_p50_ms')}"),
+        ("decode throughput", f"{summary['tokens_per_second']:.1f} tokens/s"),
+        ("memory", f"{_mib(summary['process_rss_bytes'])} resident · {_mib(summary['mlx_active_memory_bytes'])} "
+                   "MLX active"),
+    ]
+    return rows
+
+
+def _metric_rows(prometheus_text: str) -> list[tuple[str, str]]:
+    """The mlxcel_ families, each sample in its unit; a histogram as its count and mean."""
+    rows = []
+    for family in text_string_to_metric_families(prometheus_text):
+        if not family.name.startswith("mlxcel_") or family.name.endswith("_info"):  # the summary has it
+            continue
+        if family.type == "histogram":
+            totals: dict[str, dict[str, float]] = {}
+            for s in family.samples:
+                labels = sample_key("", {k: v for k, v in s.labels.items() if k != "le"})
+                totals.setdefault(labels, {})[s.name.rsplit("_", 1)[-1]] = s.value
+            for labels, t in totals.items():
+                count = t.get("count", 0)
+                mean = t.get("sum", 0) / count if count else None
+                rows.append((family.name + labels, f"{count:g} observed · mean {_unit(family.name, mean)}"))
+            continue
+        for s in family.samples:
+            rows.append((sample_key(s.name, s.labels), _unit(s.name, s.value)))
+    return rows
+
+
+def _unit(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    base = name.removesuffix("_total")
+    if base.endswith("_seconds"):
+        return f"{value * 1e3:.2f} ms"
+    if base.endswith("_bytes") or base.endswith("_bytes_saved"):
+        return _mib(value)
+    if base.endswith("_ratio"):
+        return f"{100 * value:.1f}%"
+    return f"{value:g}"
+
+
+def render_table(prometheus_text: str, summary: dict, sessions: list[dict] | None = None) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=None, width=100, record=True, force_terminal=False)
+    console = Console(file=None, width=120, record=True, force_terminal=False)
     overview = Table(title=f"mlxcel · {summary['model']} on {summary['device']} · step {summary['step']}",
                      show_header=False, title_justify="left")
     overview.add_column(style="bold")
     overview.add_column()
-    for key, value in summary.items():
-        if key not in ("model", "device", "step"):
-            overview.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+    for key, value in _overview_rows(summary):
+        overview.add_row(key, value)
     metrics = Table(title="metrics", title_justify="left")
-    metrics.add_column("sample")
+    metrics.add_column("metric")
     metrics.add_column("value", justify="right")
-    for key, value in sorted(samples.items()):
-        name = key.split("{", 1)[0]
-        if name.startswith("mlxcel_") and not name.endswith(("_bucket", "_created")):
-            metrics.add_row(key, f"{value:g}")
+    for key, value in _metric_rows(prometheus_text):
+        metrics.add_row(key, value)
     with console.capture() as capture:
         console.print(overview)
         console.print(metrics)
@@ -86,28 +173,26 @@ def render_table(samples: dict[str, float], summary: dict, sessions: list[dict] 
     return capture.get()
 
 
-def emit(fmt: str, samples: dict, snap: dict, prometheus_text: str,
-         sessions: list[dict] | None = None) -> None:
-    summary = snapshot_summary(snap)
+def as_json(snap: dict, prometheus_text: str, sessions: list[dict] | None = None) -> dict:
+    out = {"time": snap["timestamp"], "snapshot": snapshot_summary(snap), "metrics": metric_records(prometheus_text)}
+    if sessions is not None:
+        out["sessions"] = sessions
+    return out
+
+
+def emit(fmt: str, snap: dict, prometheus_text: str, sessions: list[dict] | None = None,
+         one_line: bool = False) -> None:
+    """One reading in `fmt`; one_line: JSON on a single line (a --watch piped)."""
     if fmt == "prometheus":
         click.echo(prometheus_text, nl=False)
-    elif fmt == "json":
-        out = dict(samples)
-        out["snapshot"] = summary
-        if sessions is not None:
-            out["sessions"] = sessions
-        click.echo(json.dumps(out, indent=2))
+    elif fmt == "json" or one_line:
+        click.echo(json.dumps(as_json(snap, prometheus_text, sessions), indent=None if one_line else 2))
     else:
-        click.echo(render_table(samples, summary, sessions), nl=False)
-
-
-def read_server(source: HttpSource):
-    text = source.metrics_text()
-    return samples_dict(text_string_to_metric_families(text)), source.snapshot(), text
+        click.echo(render_table(prometheus_text, snapshot_summary(snap), sessions), nl=False)
 
 
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
-                 min_members, kv_blocks, dtype="auto"):
+                 min_members, kv_blocks, dtype="auto", ranks=None):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
     from .progress import StderrProgress
 
@@ -115,7 +200,7 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, dtype=dtype,
-                          progress=StderrProgress())
+                          progress=StderrProgress(), ranks=ranks)
     prompt = system_prompt_text(engine, None, shared_prefix_tokens)
     manager = start_sessions(engine, sessions, prompt, max_tokens, turns=turns)
     total = sessions * turns * max_tokens
@@ -141,55 +226,98 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
     return engine, manager, peak
 
 
+# Cursor home and clear to the end of the screen: a watched table redraws in place.
+REDRAW = "\x1b[H\x1b[J"
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def watch_server(source: HttpSource, fmt: str, every: float | None, count: int | None) -> None:
+    """Read the server once, or every `every` seconds (`count` times, else until
+    interrupted): on a terminal each reading redraws the last; piped, each is one
+    line of JSON (JSON Lines), or one Prometheus exposition."""
+    terminal = _is_terminal()
+    reads = 0
+    while True:
+        text = source.metrics_text()
+        snap = source.snapshot()
+        if every is not None and terminal and fmt != "prometheus":
+            click.echo(REDRAW, nl=False, color=True)
+        emit(fmt, snap, text, one_line=every is not None and not terminal)
+        reads += 1
+        if every is None or reads == count:
+            return
+        time.sleep(every)
+
+
 @click.command()
 @click.option("--url", default=None, help="Read a running server (its /metrics and /v1/cascade).")
 @click.option("--run", "run_model", is_flag=False, flag_value="", default=None, metavar="[MODEL]",
               help="Run a short session workload headless (default model unless MODEL is given).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "prometheus"]), default="table",
-              show_default=True)
+              show_default=True,
+              help="table: the summary and metrics in their units; json: {time, snapshot, metrics: [{name, "
+                   "labels, value}], sessions}; prometheus: the /metrics text as served.")
 @click.option("--watch", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
-              help="With --url: repeat every SECONDS until interrupted.")
-@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None, help="Bearer token for --url.")
-@click.option("--sessions", type=click.IntRange(1, 1024), default=4, show_default=True)
-@click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None)
-@click.option("--max-tokens", type=click.IntRange(1, 8192), default=32, show_default=True)
+              help="With --url: read again every SECONDS until interrupted; on a terminal the output redraws in "
+                   "place, piped it is one JSON object per line.")
+@click.option("--count", type=click.IntRange(1), default=None, metavar="N",
+              help="With --watch: stop after N readings.")
+@click.option("--api-key", envvar="MLXCEL_API_KEY", default=None,
+              help="Bearer token for --url [env MLXCEL_API_KEY].")
+@click.option("--sessions", type=click.IntRange(1, 1024), default=4, show_default=True,
+              help="Client sessions behind one system prompt in --run.")
+@click.option("--shared-prefix-tokens", type=click.IntRange(1, 1_000_000), default=None,
+              help="Tokens of the synthetic shared system prompt in --run [the built-in prompt].")
+@click.option("--max-tokens", type=click.IntRange(1, 8192), default=32, show_default=True,
+              help="Tokens each session turn generates in --run.")
 @click.option("--turns", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Questions each session asks in --run.")
 @click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks for --run.")
 @cascade_options
 @model_options
+@parallel_options
 @debug_option
-def stats(url, run_model, fmt, watch, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
-          cascade, min_shared_pages, min_members, dtype, debug):
+def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
+          cascade, min_shared_pages, min_members, dtype, tensor_parallel, backend, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
     if (url is None) == (run_model is None):
         raise click.UsageError("give exactly one of --url URL or --run [MODEL]")
     if watch is not None and url is None:
         raise click.UsageError("--watch needs --url")
+    if count is not None and watch is None:
+        raise click.UsageError("--count needs --watch")
+    if tensor_parallel is not None and url is not None:
+        raise click.UsageError("--tensor-parallel goes with --run")
     if url is not None:
-        source = HttpSource(url, api_key)
         try:
-            while True:
-                samples, snap, text = read_server(source)
-                emit(fmt, samples, snap, text)
-                if watch is None:
-                    return
-                time.sleep(watch)
+            watch_server(HttpSource(url, api_key), fmt, watch, count)
         except SourceError as err:
             raise CliError(str(err)) from None
         except KeyboardInterrupt:
             return
+        return
     from prometheus_client import generate_latest
 
     from .source import EngineSource
 
+    ranks = join_ranks(tensor_parallel, backend)
+    if ranks is None and tensor_parallel is not None:
+        from .launch import launch_ranks
+
+        check_ranks(run_model or None, dtype, tensor_parallel)
+        return launch_ranks("mlxcel", sys.argv[1:], tensor_parallel, backend)
+    if ranks is not None and not ranks.is_leader:
+        return follow_as_rank(run_model or None, dtype, ranks)
     engine, manager, peak = run_workload(run_model or None, sessions, shared_prefix_tokens, max_tokens, turns,
-                                         cascade, min_shared_pages, min_members, kv_blocks, dtype)
+                                         cascade, min_shared_pages, min_members, kv_blocks, dtype, ranks)
     source = EngineSource(engine, manager)
     summary_snap = source.snapshot()
     # The storage figure is read at the busiest step: at the end every page is released.
     summary_snap["sequences"] = peak.to_dict()["sequences"]
     summary_snap["pool"] = {**summary_snap["pool"], "live": peak.pool.live, "shared": peak.pool.shared}
     per_session = [{**s.as_dict(), "completions": s.completions} for s in manager.sessions]
-    emit(fmt, source.metrics(), summary_snap, generate_latest(engine.metrics.registry).decode(),
-         per_session)
+    emit(fmt, summary_snap, generate_latest(engine.metrics.registry).decode(), per_session)
+    engine.shutdown()   # under tensor parallelism: the other ranks stop

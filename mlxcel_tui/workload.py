@@ -5,9 +5,10 @@ settings, the pool, the shared system prompt."""
 from __future__ import annotations
 
 import resource
+import signal
 from pathlib import Path
 
-from . import blas
+from mlxcel.engine import blas
 from .frame import EXTRA_BLAS
 from .options import CliError
 
@@ -27,10 +28,11 @@ def import_mlx_lm() -> None:
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
                  block_size: int = 32, dtype: str = "auto", progress=None, stage=None,
-                 max_batched_tokens: int | None = None):
+                 max_batched_tokens: int | None = None, ranks=None):
     """The engine on MODEL: a model directory, or a built-in name (None: the
     default). ``progress(what, done, total)`` follows a first-use conversion,
-    ``stage(what)`` the steps after it."""
+    ``stage(what)`` the steps after it. With ``ranks`` (rank 0 of several),
+    on this rank's shard of the model."""
     import_mlx_lm()  # before any engine module imports it
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
@@ -38,13 +40,14 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     config = CascadeConfig.from_env()
     config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
                                        ("min_members", min_members)) if v is not None})
-    loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None))
+    loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None),
+                               ranks)
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
     if max_batched_tokens:
         engine_config.max_batched_tokens = max_batched_tokens
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
-    engine = Engine(loaded, engine_config, cascade=config)
+    engine = Engine(loaded, engine_config, cascade=config, ranks=ranks)
     engine.process_facts[EXTRA_BLAS] = blas.describe()
     return engine
 
@@ -59,27 +62,84 @@ def served_model(model: str | None) -> tuple[str | None, str | None]:
     return available(model or DEFAULT)
 
 
-def load_served_model(model: str | None, dtype: str | None, progress, stage):
+def model_path(model: str | None, dtype: str | None, progress=None, stage=None) -> tuple[Path, str | None]:
+    """(directory, name) of MODEL: a built-in one converted on first use; the name None for a directory."""
     from mlxcel.engine.builtin_models import DEFAULT, TINY, builtin_model
     from mlxcel.engine.gguf import GGUFError
-    from mlxcel.engine.model import ModelLoadError, load_model
     from mlxcel.engine.model_cache import ModelCacheError
 
+    if model not in (None, DEFAULT, TINY):
+        return Path(model), None
+    if stage:
+        stage("checking the model cache")
     try:
-        if model in (None, DEFAULT, TINY):
-            stage("checking the model cache")
-            path, name = builtin_model(model or DEFAULT, dtype, progress=progress)
-            stage(f"loading {name}")
-            return load_model(path, name)
-        stage(f"loading {model}")
-        loaded = load_model(model)
-    except (ModelLoadError, ModelCacheError, GGUFError) as err:
+        return builtin_model(model or DEFAULT, dtype, progress=progress)
+    except (ModelCacheError, GGUFError) as err:
         raise CliError(str(err)) from err
+
+
+def check_ranks(model: str | None, dtype: str, ranks: int, progress=None) -> None:
+    """Refuse before anything starts a model that cannot be split over ``ranks`` ranks."""
+    from mlxcel.engine.model import ModelLoadError, check_shardable
+
+    path, name = model_path(model, None if dtype == "auto" else dtype, progress)
+    try:
+        check_shardable(path.expanduser().resolve(), ranks, name)
+    except ModelLoadError as err:
+        raise CliError(str(err)) from err
+
+
+def load_served_model(model: str | None, dtype: str | None, progress, stage, ranks=None):
+    from mlxcel.engine.model import ModelLoadError, load_model
+
+    path, name = model_path(model, dtype, progress, stage)
+    group = ranks.group if ranks is not None else None
+    try:
+        stage(f"loading {name or model}" + (f" (rank {ranks.rank} of {ranks.size})" if ranks else ""))
+        loaded = load_model(path, name, group)
+    except ModelLoadError as err:
+        raise CliError(str(err)) from err
+    if name is not None:
+        return loaded
     if dtype:
         import mlx.core as mx
 
         loaded.set_dtype(getattr(mx, dtype))  # float parameters only; quantized weights stay as they are
     return loaded
+
+
+def join_ranks(tensor_parallel: int | None, backend: str | None):
+    """This process's ranks, when mlx.launch started it as one of them (else None)."""
+    from mlxcel.engine.tensor_parallel import RankError, Ranks, launched
+
+    if not launched():
+        return None
+    try:
+        ranks = Ranks.join(backend)
+    except RankError as err:
+        raise CliError(str(err)) from err
+    if tensor_parallel is not None and tensor_parallel != ranks.size:
+        raise CliError(f"--tensor-parallel {tensor_parallel} under a launch of {ranks.size} ranks")
+    if not ranks.is_leader:   # they stop when rank 0 says so (or is gone), not on a Ctrl-C of their own
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return ranks
+
+
+def follow_as_rank(model: str | None, dtype: str, ranks) -> None:
+    """A rank other than 0: load this rank's shard, size the pool as rank 0
+    says, and run rank 0's steps until it stops."""
+    import_mlx_lm()
+    from mlxcel.engine.pool import BlockPool, PoolGeometry
+    from mlxcel.engine.runner import ModelRunner
+    from mlxcel.engine.tensor_parallel import follow, model_facts
+
+    import mlx.core as mx
+
+    loaded = load_served_model(model, None if dtype == "auto" else dtype, None, lambda what: None, ranks)
+    facts = ranks.share_pool(model_facts(loaded), None)
+    geometry = PoolGeometry(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim, facts.block_size,
+                            getattr(mx, facts.dtype))
+    follow(ModelRunner(loaded, BlockPool(geometry, facts.num_blocks), ranks), ranks)
 
 
 def system_prompt_text(engine, system_prompt: Path | None, shared_prefix_tokens: int | None) -> str:

@@ -129,3 +129,15 @@ def test_console_script_bad_option(mlxcel_home):
     done = run_cli("mlxcel-tui", ["serve", "--min-members", "1"], cli_env(mlxcel_home))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "--min-members" in lines[0], done.stderr
+
+
+def test_replay_and_record_refusals(run_tui, tmp_path):
+    bad = tmp_path / "not-a-recording.jsonl"
+    bad.write_text("hello\n")
+    assert_one_error_line(*run_tui("replay", str(bad)), "cannot read the recording")
+    record = ["--record", str(tmp_path / "r.jsonl")]
+    status, lines = run_tui("attach", "http://127.0.0.1:9", "http://127.0.0.1:10", *record)
+    assert status == 2 and "give one URL" in lines[-1]
+    status, lines = run_tui("serve", "tiny", "--headless", *record)
+    assert status == 2 and "needs the dashboard" in lines[-1]
+    assert not (tmp_path / "r.jsonl").exists()  # refused before anything was written

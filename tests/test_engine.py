@@ -50,7 +50,7 @@ def engine_greedy_logits(engine, prompts, max_tokens):
     sampler = engine.runner.sampler
     seen = []   # (sequences, logits) per sampling step
     real = sampler.sample
-    sampler.sample = lambda logits, seqs: seen.append((list(seqs), logits)) or real(logits, seqs)
+    sampler.sample = lambda logits, seqs, inputs: seen.append((list(seqs), logits)) or real(logits, seqs, inputs)
     seqs = [engine.submit(p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
     engine.run_until_idle()
     logits_per_seq = {s.id: [] for s in seqs}

@@ -45,6 +45,13 @@ SAMPLING = {
     "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
     "stop": st.text(min_size=1, max_size=3) | st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=4),
     "ignore_eos": st.booleans(),
+    "top_k": st.integers(0, 50),
+    "min_p": st.floats(0, 0.99),
+    "presence_penalty": st.floats(-2, 2),
+    "frequency_penalty": st.floats(-2, 2),
+    "repetition_penalty": st.floats(0, 2),
+    "repetition_context_size": st.integers(1, 64),
+    "logit_bias": st.dictionaries(st.integers(0, 1023).map(str), st.floats(-100, 100), max_size=3),
 }
 def with_one_field_replaced(valid):
     """A valid body with one field (known or not) set to any JSON value."""

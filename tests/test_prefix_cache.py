@@ -109,18 +109,6 @@ def test_lru_keeps_a_returning_prompt_until_the_pool_needs_it():
     assert cache.adopt(c) == 0
 
 
-def test_fork_shares_full_blocks_and_copies_the_partial_page():
-    cache = make_cache()
-    a = Sequence(list(range(2 * BS + 3)))
-    cache.adopt(a)
-    fill(cache, a)
-    child = Sequence(list(a.token_ids))
-    cache.fork(a, child)
-    assert child.block_table[:2] == a.block_table[:2]
-    assert child.block_table[2] != a.block_table[2]
-    assert [cache.pool.refcount[x] for x in child.block_table] == [2, 2, 1]
-
-
 def test_exhausted_extend_leaves_pool_and_tables_unchanged():
     cache = make_cache(num_blocks=4)
     a = Sequence(list(range(3 * BS)))
@@ -192,26 +180,10 @@ class PoolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.seqs)
     @rule(data=st.data())
-    def fork(self, data):
-        parent = data.draw(st.sampled_from(self.seqs))
-        child = Sequence(list(parent.token_ids))
-        try:
-            self.cache.fork(parent, child)
-        except PoolExhausted:
-            assert child.block_table == []
-            return
-        self.seqs.append(child)
-
-    @precondition(lambda self: self.seqs)
-    @rule(data=st.data())
     def free(self, data):
         seq = data.draw(st.sampled_from(self.seqs))
         self.cache.release(seq)
         self.seqs.remove(seq)
-
-    @rule()
-    def evict(self):
-        self.cache.evict_unused()
 
     @invariant()
     def counts_match_tables(self):

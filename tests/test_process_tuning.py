@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxcel_tui import allocator, blas
+from mlxcel.engine import allocator, blas
 
 
 def test_heap_tuning_applies_on_glibc_and_can_be_turned_off(monkeypatch):
@@ -22,7 +22,7 @@ def test_heap_tuning_applies_on_glibc_and_can_be_turned_off(monkeypatch):
 def test_console_script_reexecs_once_with_openblas_preloaded(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.MARKER, "MLXCEL_OPENBLAS")}
     script = tmp_path / "entry.py"  # a console script is a file re-run with its own argv
-    script.write_text("import os, sys\nfrom mlxcel_tui import blas\nprint('start', flush=True)\n"
+    script.write_text("import os, sys\nfrom mlxcel.engine import blas\nprint('start', flush=True)\n"
                       "blas.reexec_with_openblas()\nprint(os.environ.get('LD_PRELOAD', ''), blas.describe(), sys.argv[1:])\n")
     out = subprocess.run([sys.executable, str(script), "--flag"], env=env, capture_output=True, text=True,
                          check=True).stdout
@@ -68,7 +68,7 @@ def test_an_unwritable_home_means_no_links_folder(tmp_path):
 
 @pytest.mark.skipif(blas.openblas_library() is None, reason="no OpenBLAS here (Debian's nor the wheel's)")
 def test_a_module_run_with_dash_m_reexecs_as_itself(tmp_path):
-    (tmp_path / "probe.py").write_text("import os, sys\nfrom mlxcel_tui import blas\nprint('start', flush=True)\n"
+    (tmp_path / "probe.py").write_text("import os, sys\nfrom mlxcel.engine import blas\nprint('start', flush=True)\n"
                                        "blas.reexec_with_openblas()\nprint(blas.active(), sys.argv[1:])\n")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.MARKER, "MLXCEL_OPENBLAS")}
     out = subprocess.run([sys.executable, "-m", "probe", "--flag"], cwd=tmp_path, env=env, capture_output=True,

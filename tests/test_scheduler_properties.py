@@ -25,6 +25,7 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.decode_plan import FLAT, GATHER, DecodeOutcome
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.runner import Launched
+from mlxcel.engine.sampler import Sampled
 from mlxcel.engine.scheduler import RequestRejected
 from mlxcel.engine.sequence import SamplingParams, SequenceStatus
 
@@ -88,7 +89,7 @@ class FakeRunner:
                 out.append(next_token(seq.token_ids))
             outcomes.append(DecodeOutcome(GATHER, 1, None, 0, "fake"))
         assert len(batch.decode) + batch.prefill_tokens <= 8, "the step is over its token budget"
-        return Launched(mx.array(out, dtype=mx.int32), tuple(outcomes), time.perf_counter())
+        return Launched(Sampled(mx.array(out, dtype=mx.int32)), tuple(outcomes), time.perf_counter())
 
 
 class SchedulerMachine(RuleBasedStateMachine):

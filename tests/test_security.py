@@ -1,5 +1,5 @@
 """Loopback by default, an API key required beyond it, a bearer token on every
-endpoint but /metrics when a key is set, and no endpoint touching files a
+endpoint but /metrics and /health when a key is set, and no endpoint touching files a
 client names."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from reliability import assert_openai_error
 from serving import running_server
 
 from mlxcel.engine import model as model_module
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME
 from mlxcel.engine.listen import check_bind
 from mlxcel.engine.server import is_local_host
 from mlxcel_tui import cli
@@ -54,7 +55,10 @@ GOOD_BODIES = {
     "/v1/cascade": {},
     "/v1/sessions": {},
     "/v1/engine": {"paused": False},
+    "/tokenize": {"prompt": "hi"},
+    "/detokenize": {"tokens": [5, 6]},
 }
+PATHS = {"/v1/models/{model_id:path}": "/v1/models/" + TINY_MODEL_NAME}
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +79,18 @@ def endpoints(server):
 
 def call(base, method, path, headers):
     body = GOOD_BODIES.get(path) if method == "POST" else None
-    return httpx.request(method, base + path, json=body, headers=headers, timeout=30)
+    return httpx.request(method, base + PATHS.get(path, path), json=body, headers=headers, timeout=30)
 
 
 @pytest.mark.parametrize("authorization", [None, f"Bearer {KEY}x", f"bearer {KEY}", KEY, f"Basic {KEY}"])
-def test_every_endpoint_but_metrics_demands_the_key(keyed, authorization):
+def test_every_endpoint_but_metrics_and_health_demands_the_key(keyed, authorization):
     base, server = keyed
     headers = {} if authorization is None else {"Authorization": authorization}
     routes = endpoints(server)
     assert len(routes) >= 10 and ("POST", "/v1/cascade") in routes
     for method, path in routes:
         response = call(base, method, path, headers)
-        if path == "/metrics":
+        if path in ("/metrics", "/health"):
             assert response.status_code == 200
         else:
             error = assert_openai_error(response, 401)

@@ -59,7 +59,7 @@ def test_width_keeps_long_batches_whole_and_splits_one_long_row():
 
 
 def test_level0_layout_and_widths_are_the_measured_best():
-    # The H200 sweep of run 13 (level-0 warps_m cap x tile width): with two
+    # The H200 sweep of the level-0 warps_m cap against the tile width: with two
     # head-splitting warps, 8192 x 32 -> 32 pages (0.073 ms), 8192 x 64 -> 64
     # (0.116), 32768 x 32 -> 128 (0.155), 2048 x 64 -> 16 (0.075).
     for shared_pages, members, best in ((256, 32, 32), (256, 64, 64), (1024, 32, 128), (64, 64, 16)):

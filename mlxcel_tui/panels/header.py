@@ -1,4 +1,7 @@
-"""Header: what is running where, and how full it is."""
+"""Header: what is running where, how full it is, and what the sequences are
+doing (prefilling ones with their progress). One line per topic, cut to the
+width (never wrapped), so its height is the same at every terminal size; a
+narrow terminal gets the short form of each line."""
 
 from __future__ import annotations
 
@@ -8,6 +11,9 @@ from textual.widget import Widget
 
 from ..frame import Frame
 from . import format as fmt
+
+WIDE = 140  # columns from which the long form of each line fits
+NARROW = 100  # below it the process line is left out (the header is 3 lines)
 
 
 def device_kind(device: str) -> str:
@@ -20,40 +26,62 @@ def usage_bar(used: int, total: int, width: int = 12) -> Text:
     return Text.assemble(("█" * filled, colour), ("░" * (width - filled), fmt.MUTED))
 
 
+def prefill_progress(sequences: list[dict]) -> list[tuple[int, int]]:
+    """(prompt tokens computed, prompt tokens) of each prefilling sequence."""
+    return [(min(s["num_cached_tokens"], s["num_prompt_tokens"]), s["num_prompt_tokens"])
+            for s in sequences if s["status"] == "prefilling"]
+
+
+def sequences_line(snap: dict) -> Text:
+    prefilling = prefill_progress(snap["sequences"])
+    decoding = sum(1 for s in snap["sequences"] if s["status"] == "running")
+    waiting = max(snap["waiting"], len(snap.get("queued", ())))
+    parts = [("sequences ", "bold"), f"{decoding} decoding · "]
+    if prefilling:
+        done, total = map(sum, zip(*prefilling))
+        parts += [(f"{len(prefilling)} prefilling {fmt.count(done)}/{fmt.count(total)} tokens "
+                   f"({fmt.percent(done, total)})", "bold " + fmt.WARN), " · "]
+    else:
+        parts.append("0 prefilling · ")
+    parts.append(f"{waiting} waiting · {snap['preemptions']} preempted")
+    return Text.assemble(*parts)
+
+
 class HeaderPanel(Widget):
-    frame: reactive[Frame | None] = reactive(None, layout=True)  # auto height follows the content
+    frame: reactive[Frame | None] = reactive(None)
     preparing: reactive[str | None] = reactive(None)
 
     def render(self) -> Text:
         f = self.frame
+        wide = self.size.width >= WIDE
         if f is None:
-            return Text(f"mlxcel-tui · {self.preparing or 'waiting for the first snapshot'} …", style="bold")
+            return Text.assemble(("mlxcel-tui ", "bold"), (f"◌ {self.preparing or 'waiting for the first snapshot'} …",
+                                                           "bold " + fmt.WARN))
         snap, host = f.snapshot, f.host
         where = f"{f.source} · {f.url}" if f.url and f.url not in f.source else f.source
         state = Text(" ⏸ PAUSED ", style="bold reverse " + fmt.WARN) if snap["paused"] else \
             Text(" ▶ running ", style="bold reverse " + fmt.OK)
-        line1 = Text.assemble(
-            ("mlxcel-tui ", "bold"), (snap["model"], "bold"),
-            f" on {device_kind(snap['device'])} ({snap['device']}) · {where}  ", state,
-            f"  step {fmt.count(snap['step'])}")
-        cpu = "n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"
-        line2 = Text.assemble(
-            ("engine process ", "bold"), f"RSS {fmt.size(host.rss_bytes)} · CPU {cpu}   ",
-            ("MLX ", "bold"), f"active {fmt.size(host.mlx_active_bytes)} · peak {fmt.size(host.mlx_peak_bytes)}   ",
-            ("BLAS ", "bold"), host.blas or "n/a")
+        line1 = Text.assemble(("mlxcel-tui ", "bold"), (snap["model"], "bold"),
+                              f" on {device_kind(snap['device'])}" + (f" ({snap['device']})" if wide else ""),
+                              " ", state, f" step {fmt.count(snap['step'])} · {where}")
         pool = snap["pool"]
         used = pool["live"] + pool["reusable"]
-        line3 = Text.assemble(
-            ("KV pool ", "bold"), usage_bar(used, pool["num_blocks"]),
-            f" {pool['live']}/{pool['num_blocks']} blocks live ({fmt.percent(pool['live'], pool['num_blocks'])})"
-            f" · {pool['shared']} shared · {pool['reusable']} reusable · {pool['free']} free"
-            f" · {pool['block_size']} tokens/block · {fmt.size(pool['bytes_per_block'])}/block")
+        pool_line = Text.assemble(
+            ("KV pool ", "bold"), usage_bar(used, pool["num_blocks"], 12 if wide else 8),
+            f" {pool['live']}/{pool['num_blocks']} live ({fmt.percent(pool['live'], pool['num_blocks'])})"
+            f" · {pool['shared']} shared · {pool['reusable']} reusable")
         cache = snap["prefix_cache"]
-        line4 = Text.assemble(
-            ("prefix cache ", "bold"),
-            f"{cache['hits']}/{cache['queries']} hits ({fmt.percent(cache['hits'], cache['queries'])})"
-            f" · {fmt.count(cache['prefix_tokens_reused'])} tokens reused · {cache['cached_blocks']} cached blocks"
-            f" · {cache['evictions']} evictions   ",
-            ("sequences ", "bold"),
-            f"{snap['running']} running · {snap['waiting']} waiting · {snap['preemptions']} preempted")
-        return Text("\n").join([line1, line2, line3, line4])
+        pool_line.append(f" · prefix cache {cache['hits']}/{cache['queries']} hits")
+        if wide:
+            pool_line.append(f" · {pool['free']} free · {pool['block_size']} tokens/block"
+                             f" · {fmt.size(pool['bytes_per_block'])}/block · "
+                             f"{fmt.count(cache['prefix_tokens_reused'])} tokens reused · {cache['evictions']} evictions")
+        cpu = "n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"
+        host_line = Text.assemble(
+            ("process ", "bold"), f"RSS {fmt.size(host.rss_bytes)} · CPU {cpu} · ",
+            ("MLX ", "bold"), f"active {fmt.size(host.mlx_active_bytes)} · peak {fmt.size(host.mlx_peak_bytes)} · ",
+            ("BLAS ", "bold"), host.blas or "n/a")
+        lines = [line1, sequences_line(snap), pool_line] + ([host_line] if self.size.width >= NARROW else [])
+        joined = Text("\n").join(lines)
+        joined.no_wrap, joined.overflow = True, "ellipsis"
+        return joined

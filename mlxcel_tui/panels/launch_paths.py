@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..frame import CASCADE_FAILURES, Frame, launches
+from ..frame import CASCADE_FAILURES, Frame, launches, pending_switch
 from . import format as fmt
 
 ROWS = (("fused_v2", "fused_v2", "pages read in place"),
@@ -43,7 +43,10 @@ class LaunchPathsPanel(Widget):
         table.add_row(Text("failures", style=fmt.BAD if failures else ""), fmt.count(failures),
                       fmt.rate(f.rates.get(CASCADE_FAILURES)), "cascades that fell back")
         snap = f.snapshot
-        if f.stalled:
+        pending = pending_switch(snap)
+        if pending:
+            status = Text(f"cascade {pending}", style=fmt.MUTED)
+        elif f.stalled:
             why = snap["decline_reason"] or "no reason given"
             status = Text(f"⚠ cascade is ON but not activating: {fmt.count(f.stalled_launches)} fused_v2 launches "
                           f"since the last cascade launch. Planner: {why}", style="bold " + fmt.BAD)

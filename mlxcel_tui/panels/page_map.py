@@ -1,4 +1,5 @@
-"""Page-sharing map: every live sequence as a row of its KV pages.
+"""Page-sharing map: every live sequence as a row of its KV pages (queued
+ones below them, with no pages yet).
 
 A cell is one page (or, fitted to the width, a stated number of pages: then it
 shows its first page). Its colour is the page's refcount bucket, or, on a
@@ -6,7 +7,7 @@ member's pages inside a span of the last cascade plan, the span's depth
 (magenta outermost, then cyan, violet, white), every group of the step; its
 glyph shows how full it is (a partial last page is a partial block) and ▐ marks
 a first page entered mid-page. Rows are ordered by sharing group so shared
-columns line up.
+columns line up (s picks another order) and / filters them.
 """
 
 from __future__ import annotations
@@ -29,9 +30,28 @@ PLAN_COLOUR = "#d700d7"
 SPAN_COLOURS = (PLAN_COLOUR, "#00d7ff", "#af87ff", "#ffffff")
 EIGHTHS = "▏▎▍▌▋▊▉█"
 MID_PAGE = "▐"
-COLUMNS = ("sequence", "group", "tokens", "pages", "pages →")
-FIXED_COLUMNS = 4
+COLUMNS = ("sequence", "group", "state", "tokens", "pages", "pages →")
+FIXED_COLUMNS = 5
 MIN_FIT_CELLS = 16
+COMPACT_LEGEND = 130  # columns below which the legend is one line
+SORTS = ("group", "id", "tokens", "tok/s")  # s cycles through them; group lines shared columns up
+
+
+def state_cell(seq: dict) -> Text:
+    """What a row is doing: waiting, its prefill progress, or its decode rate."""
+    if seq["status"] == "waiting":
+        return Text("waiting", style="italic")
+    if seq["status"] == "prefilling":
+        done, total = min(seq["num_cached_tokens"], seq["num_prompt_tokens"]), seq["num_prompt_tokens"]
+        return Text(f"prefill {100 * done // max(total, 1)}%", style="bold #d78700")
+    rate = seq.get("tokens_per_second")
+    return Text("decoding" if rate is None else f"{rate:,.1f} tok/s", justify="right")
+
+
+def matches(seq: dict, group: str, needle: str) -> bool:
+    """The / filter: a case-blind substring of the row's id, label, group or status."""
+    hay = f"#{seq['id']} {seq['label']} {group} {seq['status']}".lower()
+    return needle.lower() in hay
 
 
 def refcount_colour(refcount: int) -> str:
@@ -79,9 +99,18 @@ def row_cells(seq: dict, spans: list[dict], scale: int, block_size: int) -> Text
     return Text.assemble(*runs, no_wrap=True)
 
 
-def legend(scale: int, block_size: int, depth: int = 1) -> Text:
+def legend(scale: int, block_size: int, compact: bool = False, depth: int = 1) -> Text:
     """``depth``: the last plan's span levels (beyond one, each gets its colour)."""
-    parts: list = []
+    if compact:  # one line: the colours only
+        parts: list = []
+        for _, label, colour in REFCOUNT_BUCKETS:
+            parts += [("█", colour), f"{label.split(' (')[0]} "]
+        parts += [("█", PLAN_COLOUR), "plan "] if depth == 1 else (
+            ["spans "] + [p for d in range(depth) for p in (("█", span_colour(d)), f"{d} ")])
+        parts += [("▌", "bold"), "partial ", (MID_PAGE, "bold"), "mid-page · "]
+        parts.append(f"cell = {scale} page{'s' * (scale > 1)} · z fits")
+        return Text.assemble(*parts, no_wrap=True, overflow="ellipsis")
+    parts = []
     for _, label, colour in REFCOUNT_BUCKETS:
         parts += [("█", colour), f" {label}  "]
     if depth > 1:
@@ -99,8 +128,15 @@ def legend(scale: int, block_size: int, depth: int = 1) -> Text:
 
 
 class PageMap(Vertical):
+    """The map as a table of rows, one per live or queued sequence, with a
+    row cursor (arrows, j/k) the detail screen opens on, a / filter and a
+    sort order."""
+
     frame: reactive[Frame | None] = reactive(None)
+    preparing: reactive[str | None] = reactive(None)
     fit: reactive[bool] = reactive(False)
+    filter: reactive[str] = reactive("")
+    sort: reactive[str] = reactive(SORTS[0])
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -111,20 +147,38 @@ class PageMap(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="map-legend")
-        # No cursor: a highlighted row would hide its page colours; arrows and PgUp/PgDn scroll.
-        table = DataTable(id="map-table", cursor_type="none")
+        # The row cursor only shades the row: the page cells keep their colours.
+        table = DataTable(id="map-table", cursor_type="row", cursor_foreground_priority="renderable")
         table.fixed_columns = FIXED_COLUMNS
         yield table
 
     def watch_frame(self) -> None:
         self.update_table()
 
+    def watch_preparing(self) -> None:
+        self.update_table()
+
     def watch_fit(self) -> None:
+        self.update_table()
+
+    def watch_filter(self) -> None:
+        self.update_table()
+
+    def watch_sort(self) -> None:
         self.update_table()
 
     def on_resize(self) -> None:
         if self.fit:
             self.update_table()
+
+    @property
+    def selected(self) -> int | None:
+        """The sequence id under the row cursor."""
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return int(key) if key is not None else None
 
     def scale(self, widest: int) -> int:
         if not self.fit or not widest:
@@ -134,6 +188,15 @@ class PageMap(Vertical):
         room = max(MIN_FIT_CELLS, table.scrollable_content_region.width - fixed - 3)
         return math.ceil(widest / room)
 
+    def ordered(self, sequences: list[dict], group_of: dict[int, tuple[int, str]], last: int) -> list[dict]:
+        if self.sort == "id":
+            return sorted(sequences, key=lambda s: s["id"])
+        if self.sort == "tokens":
+            return sorted(sequences, key=lambda s: (-s["num_tokens"], s["id"]))
+        if self.sort == "tok/s":
+            return sorted(sequences, key=lambda s: (-(s.get("tokens_per_second") or 0.0), s["id"]))
+        return sorted(sequences, key=lambda s: (group_of.get(s["id"], (last,))[0], s["id"]))
+
     def rows(self, frame: Frame, scale: int) -> list[tuple[str, list]]:
         snap = frame.snapshot
         sequences = snap["sequences"]
@@ -141,13 +204,14 @@ class PageMap(Vertical):
         spans = plan_spans(snap["plan"])
         groups = sharing_groups(sequences)
         group_of = {sid: (i, g.name) for i, g in enumerate(groups) for sid in g.members}
-        ordered = sorted(sequences, key=lambda s: (group_of.get(s["id"], (len(groups),))[0], s["id"]))
         out = []
-        for seq in ordered:
+        for seq in self.ordered(sequences, group_of, len(groups)) + list(snap.get("queued", ())):
             own = [sp for sp in spans if seq["id"] in sp["members"]]
             group = group_of.get(seq["id"], (0, "—"))[1] + (" ◆" if own else "")
+            if self.filter and not matches(seq, group, self.filter):
+                continue
             out.append((str(seq["id"]), [
-                f"#{seq['id']} {seq['label']}", group,
+                f"#{seq['id']} {seq['label']}", group, state_cell(seq),
                 Text(str(seq["num_tokens"]), justify="right"), Text(str(len(seq["pages"])), justify="right"),
                 row_cells(seq, own, scale, block_size),
             ]))
@@ -155,14 +219,20 @@ class PageMap(Vertical):
 
     def update_table(self) -> None:
         frame = self.frame
-        if frame is None or not self.is_mounted:
+        if not self.is_mounted:
+            return
+        if frame is None:
+            self.query_one("#map-legend", Static).update(
+                Text(f"◌ {self.preparing or 'waiting for the first snapshot'} …", style="bold #d78700"))
+            self.border_subtitle = "loading"
             return
         sequences = frame.snapshot["sequences"]
         widest = max((len(s["pages"]) for s in sequences), default=0)
         scale = self.scale(widest)
         block_size = frame.snapshot["pool"]["block_size"]
         depth = 1 + max((sp["depth"] for sp in plan_spans(frame.snapshot["plan"])), default=0)
-        self.query_one("#map-legend", Static).update(legend(scale, block_size, depth))
+        self.query_one("#map-legend", Static).update(legend(scale, block_size, self.size.width < COMPACT_LEGEND,
+                                                            depth))
         rows = self.rows(frame, scale)
         keys = [key for key, _ in rows]
         table = self.query_one(DataTable)
@@ -175,12 +245,20 @@ class PageMap(Vertical):
                     if old != new:
                         table.update_cell(key, str(column), new, update_width=True)
         self._keys, self._rows, self._layout = keys, dict(rows), (scale, width)
-        self.border_subtitle = f"{len(rows)} sequences" if rows else "no live sequences (a adds a session)"
+        shown = f"{len(rows)} sequences" if rows else "no sequences (a adds a session)"
+        if self.filter:
+            shown += f" matching /{self.filter}"
+        self.border_subtitle = f"{shown} · sort: {self.sort} (s)"
 
     def rebuild(self, table: DataTable, rows: list[tuple[str, list]]) -> None:
-        """Rebuild from scratch: rows came or went, or cells must shrink."""
+        """Rebuild from scratch: rows came or went, or cells must shrink. The
+        cursor stays on the sequence it was on while that one is shown."""
+        selected = self.selected if table.row_count else None
         table.clear(columns=True)
         for i, label in enumerate(COLUMNS):
             table.add_column(label, key=str(i))
         for key, cells in rows:
             table.add_row(*cells, key=key)
+        keys = [key for key, _ in rows]
+        if selected is not None and str(selected) in keys:
+            table.move_cursor(row=keys.index(str(selected)), animate=False)

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..frame import Frame, launches, sharing_groups
+from ..frame import Frame, launches, pending_switch, sharing_groups
 from . import format as fmt
 from .page_map import PLAN_COLOUR, span_colour
 
@@ -43,13 +43,19 @@ def plan_tree(plan: dict, snap: dict) -> list[Text]:
     lines.append(Text.assemble(("model    ", "bold"), f"predicted: {predicted} · {measured_steps(snap)}"))
     for group in groups:
         members = sorted({m for s in spans if s["group"] == group for m in s["members"]})
-        lines.append(Text(f"  group {group + 1}: {len(members)} seqs " + " ".join(f"#{m}" for m in members)))
+        lines.append(Text(f"  group {group + 1}: {len(members)} seqs {member_names(snap, members)}"))
         for s in sorted((s for s in spans if s["group"] == group), key=lambda s: (s["start"], s["members"])):
-            ids = " ".join(f"#{m}" for m in s["members"])
+            ids = member_names(snap, s["members"])
             lines.append(Text.assemble("    " + "  " * s["depth"] + "└ ", ("█", span_colour(s["depth"])),
                                        f" pages {s['start']}–{s['end']} · {fmt.count(s['tokens'])} tokens · "
                                        f"{len(s['members'])} members {ids}", saving_text(s.get("predicted_saving_s"))))
     return lines
+
+
+def member_names(snap: dict, members) -> str:
+    """Plan members by the ids the map's rows show; one no longer live says so."""
+    live = {s["id"] for s in snap["sequences"]}
+    return " ".join(f"#{m}" if m in live else f"#{m} (ended)" for m in members)
 
 
 class SubgroupsPanel(Widget):
@@ -66,20 +72,22 @@ class SubgroupsPanel(Widget):
         snap = f.snapshot
         cfg = snap["cascade"]
         state = ("ON", "bold " + fmt.CASCADE_ON) if cfg["enabled"] else ("OFF", "bold " + fmt.CASCADE_OFF)
-        lines = [Text.assemble("cascade ", state,
-                               f" · min shared pages {cfg['min_shared_pages']} · min members {cfg['min_members']}")]
-        plan = snap["plan"]
-        if plan and plan.get("spans"):
+        lines = [Text.assemble("cascade ", state, f" · min pages {cfg['min_shared_pages']} · "
+                                                  f"min members {cfg['min_members']}")]
+        pending = pending_switch(snap)
+        plan = None if pending else snap["plan"]
+        if pending:
+            lines.append(Text.assemble(("plan     ", "bold"), (pending, fmt.MUTED)))
+        elif plan and plan.get("spans"):
             lines += plan_tree(plan, snap)
         elif plan:
-            ids = " ".join(f"#{m}" for m in plan["members"])
             lines.append(Text.assemble(("plan     ", "bold"), (f"{len(plan['members'])} members", PLAN_COLOUR),
-                                       f" {ids}"))
+                                       f" {member_names(snap, plan['members'])}"))
             lines.append(Text(f"         {plan['shared_pages']} shared pages · {fmt.count(plan['shared_tokens'])}"
-                              " KV tokens read once per step"))
+                              " tokens read once a step"))
         else:
             lines.append(Text.assemble(("plan     ", "bold"), ("none on the last decode step", fmt.MUTED)))
-        if snap["decline_reason"]:
+        if snap["decline_reason"] and not pending:
             label = "planner  " if plan else "declined "
             lines.append(Text.assemble((label, "bold"), (snap["decline_reason"], "" if plan else fmt.WARN)))
         shared, members = f.means()
@@ -87,7 +95,7 @@ class SubgroupsPanel(Widget):
         lines.append(Text.assemble(
             ("means    ", "bold"),
             "no cascade launch yet" if shared is None else
-            f"{shared:,.1f} shared tokens · {members:.2f} members per launch ({fmt.count(n)} launches)"))
+            f"{shared:,.0f} tokens · {members:.2f} members a launch ({fmt.count(n)})"))
         groups = sharing_groups(snap["sequences"])
         lines.append(Text.assemble(
             ("sharing  ", "bold"),

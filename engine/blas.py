@@ -53,7 +53,7 @@ def _wheel_library() -> str | None:
 def gfortran_folder(home: Path | None = None) -> Path | None:
     """A folder of links where the loader finds libgfortran.so.5 and its
     libquadmath, from numpy's wheel; None where none can be made."""
-    from mlxcel.engine.model_cache import mlxcel_home
+    from .model_cache import mlxcel_home
 
     carried = _carried_gfortran()
     if carried is None:

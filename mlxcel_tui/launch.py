@@ -1,0 +1,224 @@
+"""`--tensor-parallel N` on this machine: the same command again as N ranks
+under ``mlx.launch`` (MLX's own launcher: ring over TCP on the CPU, NCCL where
+CUDA is the device), this process watching them.
+
+The launcher's output passes through, except its per-rank exit notes and the
+ring's socket chatter: when a rank ends badly this process says so in one
+line (with the rank's own error, if it printed one) and exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mlxcel.engine.tensor_parallel import BACKEND_ENV, RANKS_ENV
+
+LAUNCHER = "from mlx._distributed_utils.launch import main; main()"
+ENTRY = {"mlxcel-tui": "tui_main", "mlxcel": "mlxcel_main"}
+RANK_ENDED = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+FAILED_GRACE = 5.0  # seconds the launcher gets to end the other ranks once one failed
+STOP_GRACE = 20.0   # seconds the ranks get to stop after an interrupt before they are killed
+
+
+def launch_command(prog: str, args: list[str], ranks: int, backend: str) -> list[str]:
+    """mlx.launch running ``prog args`` as ``ranks`` ranks on this machine, on
+    free ports (its defaults would collide with a second launch)."""
+    entry = f"from mlxcel_tui.cli import {ENTRY[prog]}; {ENTRY[prog]}()"
+    ports = ["--nccl-port", str(free_ports(1))] if backend == "nccl" else ["--starting-port", str(free_ports(ranks))]
+    return [sys.executable, "-c", LAUNCHER, "--backend", backend, "-n", str(ranks), *ports, "--",
+            sys.executable, "-c", entry, *args]
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports free on the loopback now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count <= 65535 and all(_free(port) for port in range(first, first + count)):
+            return first
+    raise OSError(f"found no {count} consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def rank_env(ranks: int, backend: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[RANKS_ENV], env[BACKEND_ENV] = str(ranks), backend
+    env.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast off (see the device notes)
+    return env
+
+
+@dataclass
+class Ranks:
+    """The launched ranks: their launcher process and what their output said."""
+
+    process: subprocess.Popen
+    on_line: Callable[[str], None]
+    ended: list[str] = field(default_factory=list)    # "rank 1 was killed", ...
+    errors: list[str] = field(default_factory=list)   # the ranks' own "Error: ..." lines
+    url: str | None = None
+    url_known: threading.Event = field(default_factory=threading.Event)
+    reader: threading.Thread | None = None
+
+    def read(self) -> None:
+        """Follow the launcher's stderr until it ends (a thread's work)."""
+        for raw in self.process.stderr:
+            line = ANSI.sub("", raw.rstrip("\n"))
+            ended = RANK_ENDED.search(line)
+            if ended:
+                code = ended.group(3)
+                if code != "0":
+                    self.ended.append(f"rank {ended.group(1)} "
+                                      + ("was killed" if code is None else f"exited with status {code}"))
+                continue
+            if line.startswith("[ring]") or not line.strip():
+                continue
+            if line.startswith("Error: "):
+                self.errors.append(line.removeprefix("Error: "))
+                continue
+            serving = re.search(r"mlxcel: serving .* on (\S+)", line)
+            if serving:
+                self.url = serving.group(1)
+                self.url_known.set()
+            self.on_line(line)
+        self.process.wait()
+        self.url_known.set()
+
+    def interrupt(self) -> None:
+        """Ask every rank to stop, as Ctrl-C would (rank 0 ends its requests and
+        tells the others). Not the launcher itself: it would die with a traceback."""
+        try:
+            for rank in psutil.Process(self.process.pid).children():
+                rank.send_signal(signal.SIGINT)
+        except psutil.NoSuchProcess:
+            pass
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def failure(self) -> str | None:
+        """One line for a run whose ranks did not all end well, else None."""
+        if not self.ended and not self.errors:
+            return None
+        what = "; ".join(self.ended) if self.ended else "a rank failed"
+        cause = f" ({'; '.join(self.errors)})" if self.errors else ""
+        return f"{what}{cause}; the tensor-parallel run stopped"
+
+
+def start(prog: str, args: list[str], ranks: int, backend: str, on_line: Callable[[str], None]) -> Ranks:
+    """Start the ranks in a session of their own (so an interrupt reaches them
+    only through ``interrupt``), their output followed on a thread."""
+    process = subprocess.Popen(launch_command(prog, args, ranks, backend), env=rank_env(ranks, backend),
+                               stdin=subprocess.PIPE,   # mlx.launch polls its stdin: never /dev/null (always ready)
+                               stdout=None, stderr=subprocess.PIPE, text=True, errors="replace",
+                               start_new_session=True)
+    launched = Ranks(process, on_line)
+    launched.reader = threading.Thread(target=launched.read, name="mlxcel-ranks-output", daemon=True)
+    launched.reader.start()
+    return launched
+
+
+def run_to_end(launched: Ranks) -> None:
+    """Wait for the ranks; Ctrl-C or SIGTERM here stops them in order. Raises
+    CliError when a rank ended badly."""
+    from .options import CliError
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: launched.interrupt())
+    failed_at = None
+    try:
+        while launched.wait(0.5) is None:
+            if failed_at is None and launched.failure():
+                failed_at = time.monotonic()
+            elif failed_at is not None and time.monotonic() - failed_at > FAILED_GRACE:
+                launched.kill()   # a hung rank the launcher cannot end (it waits for it)
+    except KeyboardInterrupt:
+        stop(launched)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    launched.reader.join(5)   # the launcher's last lines
+    failure = launched.failure()
+    if failure:
+        raise CliError(failure)
+
+
+def stop(launched: Ranks) -> None:
+    launched.interrupt()
+    if launched.wait(STOP_GRACE) is None:
+        launched.kill()
+        launched.wait()
+
+
+def launch_ranks(prog: str, args: list[str], ranks: int, backend: str | None, dashboard: bool = False,
+                 api_key: str | None = None) -> None:
+    """Run ``prog args`` (this very command line) as ``ranks`` ranks and wait for
+    them; with ``dashboard`` (serve without --headless) the ranks serve headless
+    and this process shows the dashboard of rank 0's server."""
+    from mlxcel.engine.tensor_parallel import default_backend
+
+    backend = backend or default_backend()
+    if not dashboard:
+        run_to_end(start(prog, args, ranks, backend, lambda line: print(line, file=sys.stderr, flush=True)))
+        return
+    log = open(os.environ.get("MLXCEL_LOG_FILE", os.devnull), "a")
+    launched = start(prog, [*args, "--headless"], ranks, backend, lambda line: print(line, file=log, flush=True))
+    print(f"mlxcel: starting {ranks} ranks over {backend} ...", file=sys.stderr, flush=True)
+    try:
+        show_dashboard(launched, api_key)
+    finally:
+        stop(launched)
+        log.close()
+    failure = launched.failure()
+    if failure:
+        from .options import CliError
+
+        raise CliError(failure)
+
+
+def show_dashboard(launched: Ranks, api_key: str | None) -> None:
+    """The dashboard of rank 0's server once it serves, until it is closed or the ranks end."""
+    from .app import DashboardApp
+    from .source import HttpSource
+
+    try:
+        launched.url_known.wait()
+    except KeyboardInterrupt:
+        return
+    if launched.url is None:   # the ranks ended before serving
+        return
+    app = DashboardApp(HttpSource(launched.url, api_key), url=launched.url)
+
+    def close_when_ended() -> None:
+        launched.process.wait()
+        app.call_from_thread(app.exit)
+
+    threading.Thread(target=close_when_ended, daemon=True).start()
+    app.run()

@@ -1,0 +1,141 @@
+"""/metrics as an operator reads it: every family typed and described, no
+`_created` series, vLLM's request histograms filled by real requests, gauges
+that agree with the snapshot, HTTP requests by route and status, the `_info`
+gauge, process_* figures; and the access log that names no prompt or key."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import running_server
+
+from mlxcel.engine.builtin_models import TINY_MODEL_NAME
+from mlxcel.engine.sequence import SamplingParams
+
+HISTOGRAMS = ("mlxcel_e2e_request_latency_seconds", "mlxcel_inter_token_latency_seconds",
+              "mlxcel_request_queue_time_seconds", "mlxcel_request_prefill_time_seconds",
+              "mlxcel_request_decode_time_seconds", "mlxcel_request_prompt_tokens",
+              "mlxcel_request_generation_tokens", "mlxcel_request_ttft_seconds", "mlxcel_decode_step_seconds",
+              "mlxcel_http_request_duration_seconds")
+KEY = "metrics-test-key-0123456789abcdef"
+
+
+def scrape(base) -> dict:
+    text = httpx.get(f"{base}/metrics").text
+    return {f.name: f for f in text_string_to_metric_families(text)}, text
+
+
+def value(families, name, suffix="", **labels):
+    return sum(s.value for s in families[name].samples
+               if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+@pytest.fixture
+def served(make_engine):
+    engine = make_engine(num_blocks=64)
+    with running_server(engine, api_key=KEY) as (base, server):
+        yield base, engine, openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
+
+
+def test_every_family_is_typed_and_described_and_the_request_figures_fill(served, caplog):
+    base, engine, client = served
+    secret_prompt = "a prompt the log must never show"
+    with caplog.at_level(logging.INFO, logger="mlxcel.server"):
+        reply = client.completions.create(model=TINY_MODEL_NAME, prompt=secret_prompt, max_tokens=5,
+                                          extra_body={"ignore_eos": True})
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model=TINY_MODEL_NAME, prompt="x", max_tokens=2, extra_body={"bogus": 1})
+        families, text = scrape(base)   # a request is logged just after its response is sent
+    assert "_created" not in text
+    for family in families.values():
+        assert family.type in ("counter", "gauge", "histogram", "info", "summary"), family.name
+        assert family.documentation.strip(), family.name
+    for name in HISTOGRAMS:
+        assert families[name].type == "histogram"
+    assert value(families, "mlxcel_request_generation_tokens", "_sum") == reply.usage.completion_tokens == 5
+    assert value(families, "mlxcel_request_prompt_tokens", "_sum") == reply.usage.prompt_tokens
+    assert value(families, "mlxcel_inter_token_latency_seconds", "_count") == 4   # between 5 tokens
+    for name in ("mlxcel_e2e_request_latency_seconds", "mlxcel_request_queue_time_seconds",
+                 "mlxcel_request_prefill_time_seconds", "mlxcel_request_decode_time_seconds"):
+        assert value(families, name, "_count") == 1, name
+    e2e = value(families, "mlxcel_e2e_request_latency_seconds", "_sum")
+    parts = sum(value(families, name, "_sum") for name in ("mlxcel_request_queue_time_seconds",
+                                                           "mlxcel_request_prefill_time_seconds",
+                                                           "mlxcel_request_decode_time_seconds"))
+    assert 0 < parts <= e2e
+    assert value(families, "mlxcel_completion_tokens", "_total") == 5
+    assert value(families, "mlxcel_http_requests", "_total", method="POST", route="/v1/completions", status="200") == 1
+    assert value(families, "mlxcel_http_requests", "_total", method="POST", route="/v1/completions", status="400") == 1
+    info = families["mlxcel_engine_info"].samples[0].labels
+    assert info["model"] == TINY_MODEL_NAME and info["num_blocks"] == "64" and info["block_size"] == "32"
+    assert value(families, "process_resident_memory_bytes") > 0
+    assert value(families, "mlxcel_cascade_kv_bytes_saved", "_total") == 0   # cascade off
+    lines = [r.getMessage() for r in caplog.records if r.name == "mlxcel.server"]
+    assert any(line.startswith("POST /v1/completions 200 prompt_tokens=") and "completion_tokens=5" in line
+               for line in lines), lines
+    assert any(line.startswith("POST /v1/completions 400") for line in lines), lines
+    assert not any(secret_prompt in line or KEY in line for line in lines)
+
+
+def test_running_waiting_and_kv_usage_agree_with_the_snapshot(served):
+    base, engine, client = served
+    engine.set_paused(True)
+    # Three that fit and run together once resumed; while paused they wait, or hold pages once admitted.
+    seqs = [engine.submit([5 + i] * 40, SamplingParams(max_tokens=200, ignore_eos=True)) for i in range(3)]
+    engine.set_paused(False)
+    seen = threading.Event()
+
+    def stop_when_running():
+        while not seen.is_set():
+            snap = engine.snapshot
+            if snap.running == 3:
+                engine.set_paused(True)
+                seen.set()
+
+    watcher = threading.Thread(target=stop_when_running, daemon=True)
+    watcher.start()
+    assert seen.wait(30)
+    watcher.join()
+    families, _ = scrape(base)
+    snap = engine.snapshot
+    assert value(families, "mlxcel_running_sequences") == snap.running == len(snap.sequences) == 3
+    assert value(families, "mlxcel_queue_depth") == snap.waiting == 0
+    usage = value(families, "mlxcel_kv_cache_usage_ratio")
+    assert usage == snap.pool.live / snap.pool.num_blocks and 0 < usage <= 1
+    for seq in seqs:
+        engine.cancel(seq)
+    engine.set_paused(False)
+
+
+def test_periodic_engine_summary(make_engine, caplog):
+    from mlxcel.engine.stat_logger import StatLogger
+
+    engine = make_engine()
+    logger = StatLogger(engine, interval=0)
+    with caplog.at_level(logging.INFO, logger="mlxcel.stats"):
+        logger.tick()   # idle: nothing to say
+        engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))
+        logger.tick()
+    lines = [r.getMessage() for r in caplog.records if r.name == "mlxcel.stats"]
+    assert len(lines) == 1 and "generation throughput" in lines[0] and "running: 0 reqs" in lines[0]
+
+
+def test_the_grafana_dashboard_queries_only_exported_series(served):
+    import json
+    import re
+    from pathlib import Path
+
+    base, engine, client = served
+    client.completions.create(model=TINY_MODEL_NAME, prompt="hi", max_tokens=2)
+    _, text = scrape(base)
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    dashboard = json.loads((Path(__file__).parents[1] / "docs/grafana/mlxcel.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    names = {n for e in exprs for n in re.findall(r"\b(?:mlxcel|process)_[a-z0-9_]+", e)}
+    assert len(exprs) >= 20 and len(names) >= 25
+    assert names <= exported, sorted(names - exported)

@@ -1,0 +1,157 @@
+"""Tensor-parallel serving on two ranks of the ring backend (this CPU): the
+same tokens and per-step logits as one device, the launcher's errors, a rank
+that dies or hangs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from cli_process import SCRIPTS, ServeProcess, cli_env, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = Path(__file__).with_name("tp_workload.py")
+
+SMALL_LLAMA = dict(model_type="llama", num_layers=2, hidden_size=128, num_heads=4, num_kv_heads=2, head_dim=32,
+                   intermediate_size=256, seed=5, init_std=0.1)
+
+
+@pytest.fixture(scope="module")
+def llama_model_path(mlxcel_home):
+    from mlxcel.engine.random_model import ModelSpec, cached_random_model
+
+    return cached_random_model("tp-test-llama", ModelSpec(**SMALL_LLAMA), mlxcel_home)
+
+
+def run_ranks(model: Path, out: Path, env: dict[str, str]) -> None:
+    from mlxcel_tui.launch import free_ports
+
+    command = [str(SCRIPTS / "mlx.launch"), "--backend", "ring", "-n", "2", "-p", str(free_ports(2)),
+               "--python", sys.executable, "--", str(WORKLOAD), str(model), str(out)]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.exists(), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_two_ranks_match_one_device(family, llama_model_path, tiny_model_path, tmp_path, mlxcel_home):
+    """Greedy tokens equal and every step's logits equal up to the reordered
+    float32 sums of the sharded matmuls (all_sum adds two partial products:
+    a few ulps of logits ~10 in size, so 1e-4 absolute), through cascade on,
+    off and on again, preemptions and a cancel."""
+    sys.path.insert(0, str(WORKLOAD.parent))
+    import tp_workload
+
+    model = llama_model_path if family == "llama" else tiny_model_path
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    tp_workload.run(str(model), str(one))
+    run_ranks(model, two, cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="60"))
+    a, b = np.load(one), np.load(two)
+    assert int(a["tensor_parallel"]) == 1 and int(b["tensor_parallel"]) == 2
+    # The run exercised what it claims: cascade launches, preemptions, the cancel, tokens that vary.
+    assert int(b["cascade_launches"]) > 0 and int(b["preemptions"]) > 0
+    assert b["finish_reasons"][1] == "cancelled" and set(b["finish_reasons"]) == {"cancelled", "length"}
+    assert len(np.unique(b["completions"][b["completions"] >= 0])) > 5
+    np.testing.assert_array_equal(a["completions"], b["completions"])
+    for key in ("steps", "cascade_launches", "preemptions"):
+        assert int(a[key]) == int(b[key]), key
+    for step in range(int(a["steps"])):
+        np.testing.assert_allclose(b[f"logits_{step}"], a[f"logits_{step}"], rtol=0, atol=1e-4,
+                                   err_msg=f"step {step}")
+
+
+def test_step_inputs_round_trip():
+    from mlxcel.engine.config import CascadeSettings
+    from mlxcel.engine.step_inputs import StepInputs
+
+    rng = np.random.default_rng(0)
+    tables = tuple(tuple(int(b) for b in rng.integers(0, 500, rng.integers(1, 9))) for _ in range(5))
+    for prefill in (None, (3, 4, 5)):
+        inputs = StepInputs(tuple((int(i), int(v)) for i, v in rng.integers(0, 99, (5, 2))), tables,
+                            tuple(int(p) for p in rng.integers(0, 30, 5)), prefill, 2 if prefill else 0,
+                            9 if prefill else 0, (7, 8, 9, 10, 11, 12, 13) if prefill else (), prefill is not None,
+                            CascadeSettings(True, 3, 2, 7))
+        assert StepInputs.unpack(inputs.pack()) == inputs
+    with pytest.raises(ValueError, match="disagree"):
+        StepInputs.unpack(np.concatenate([inputs.pack(), [1]]))
+
+
+def test_impossible_split_fails_before_anything_starts(mlxcel_home):
+    """The tiny model's 2 KV heads do not split 3 ways: one line, nothing bound, no rank started."""
+    env = cli_env(mlxcel_home)
+    done = run_cli("mlxcel-tui", ["serve", "tiny", "--headless", "--port", "0", "--tensor-parallel", "3"], env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "Error: mlxcel-tiny-qwen3 cannot be split over 3 ranks: its 8 attention heads do not divide by 3"]
+
+
+def rank_process(server: ServeProcess, rank: int) -> psutil.Process:
+    for proc in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            if proc.environ().get("MLX_RANK") == str(rank):
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no rank {rank} under the server")
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_lost_rank_ends_the_server_with_one_error(fault, mlxcel_home):
+    """A streaming request is under way when rank 1 is killed (its connection
+    closes) or stopped (it answers nothing: the watchdog's timeout): the
+    client's stream ends cleanly, the server ends within seconds, its last line
+    says what happened."""
+    env = cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="2")
+    server = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--tensor-parallel", "2"], env, timeout=120)
+    try:
+        body = {"model": "mlxcel-tiny-qwen3", "prompt": "Hello there", "max_tokens": 4000, "stream": True,
+                "ignore_eos": True}
+        chunks = []
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as response:
+            lines = response.iter_lines()
+            chunks.append(next(lines))
+            follower = rank_process(server, 1)
+            follower.send_signal(signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+            lost = time.monotonic()
+            chunks.extend(lines)
+        assert chunks[-1] == "data: [DONE]" or '"finish_reason":"error"' in "".join(chunks).replace(" ", "")
+        status = server.wait(timeout=20)
+        elapsed = time.monotonic() - lost
+        assert status == 1 and elapsed < 15
+        last = "".join(server.stderr).strip().splitlines()[-1]
+        assert last.startswith("Error: ") and "the tensor-parallel run stopped" in last
+        # A peer gone mid-collective leaves the ring waiting (it raises only on a later send): both are timeouts.
+        assert "no answer from the other ranks for 2 s" in last
+        if fault == "killed":
+            assert "rank 1 exited with status -9" in last
+    finally:
+        if fault == "hung":
+            try:
+                follower.send_signal(signal.SIGKILL)
+            except (psutil.Error, NameError):
+                pass
+        server.kill()
+
+
+def test_stats_run_headless_on_two_ranks(mlxcel_home):
+    env = cli_env(mlxcel_home)
+    done = run_cli("mlxcel", ["stats", "--run", "tiny", "--tensor-parallel", "2", "--sessions", "2",
+                              "--max-tokens", "4", "--format", "json"], env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    out = json.loads(done.stdout)
+    tp = out["snapshot"]["tensor_parallel"]
+    assert tp["size"] == 2 and tp["backend"] == "ring" and [r["rank"] for r in tp["ranks"]] == [0, 1]
+    assert all(r["kv_heads"] == 1 and r["active_memory_bytes"] > 0 for r in tp["ranks"])
+    metrics = {(m["name"], tuple(sorted(m["labels"].items()))): m["value"] for m in out["metrics"]}
+    assert all(metrics[("mlxcel_rank_mlx_active_memory_bytes", (("rank", r),))] > 0 for r in ("0", "1"))
+    assert metrics[("mlxcel_completion_tokens_total", ())] == 8
