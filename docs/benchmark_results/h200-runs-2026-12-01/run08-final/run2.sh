@@ -11,4 +11,4 @@ timeout $((500 - SECONDS)) python3 $src/benchmarks/gpu_step_profile.py --out /tm
 echo "profile exit $? at $SECONDS s"; cp /tmp/prof/step_profile.json /tmp/prof/step_profile.md $OUT/ 2>/dev/null
 grep "^| \|^tokens" $OUT/step_profile.md
 NCCL_NVLS_ENABLE=0 timeout $((585 - SECONDS)) python3 benchmarks/gpu_tp_bench.py --out /tmp/tp --ranks 1 \
-  --num-layers 8 --sessions 8 --shared 2048 > $OUT/tp.log 2>&1; echo "tp smoke exit $? at $SECONDS s"; tail -4 $OUT/tp.log
+  --num-layers 8 --sessions 8 --shared 2048 > $OUT/tp.log 2>&1; echo "tp smoke exit $? at $SECONDS s"; tail -4 $OUT/tp.log; cp /tmp/tp/report.json $OUT/tp_report.json 2>/dev/null
