@@ -133,8 +133,8 @@ def child(args, shape: dict) -> None:
 
 def copy_bandwidth(gib: float) -> float:
     """Bytes/s of reading and writing a ``gib`` GiB bf16 array once (the byte floor's bandwidth)."""
-    n = int(gib * (1 << 30)) // 2
-    x = mx.random.normal((n,)).astype(mx.bfloat16)
+    rows = int(gib * (1 << 30)) // 2 // 4096      # 2-D: a 4 GiB array has more elements than an int32 dimension
+    x = mx.random.normal((rows, 4096)).astype(mx.bfloat16)
     mx.eval(x)
     times = []
     for _ in range(5):
@@ -142,7 +142,7 @@ def copy_bandwidth(gib: float) -> float:
         mx.eval(x + 1)
         times.append(time.perf_counter() - start)
     del x
-    return 2 * n * 2 / min(times)
+    return 2 * rows * 4096 * 2 / min(times)
 
 
 def byte_floor_ms(shape: dict, ranks: int, sessions: int, shared: int, private: int, cascade: bool,

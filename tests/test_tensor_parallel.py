@@ -128,10 +128,13 @@ def test_a_lost_rank_ends_the_server_with_one_error(fault, mlxcel_home):
         assert status == 1 and elapsed < 15
         last = "".join(server.stderr).strip().splitlines()[-1]
         assert last.startswith("Error: ") and "the tensor-parallel run stopped" in last
-        # A peer gone mid-collective leaves the ring waiting (it raises only on a later send): both are timeouts.
-        assert "no answer from the other ranks for 2 s" in last
         if fault == "killed":
+            # Rank 0 sees the loss either as the ring's closed connection (caught mid-send) or, waiting in a
+            # collective the ring never ends, as the watchdog's timeout: which depends on where it was.
             assert "rank 1 exited with status -9" in last
+            assert "no answer from the other ranks for 2 s" in last or "connection to a peer was lost" in last
+        else:
+            assert "no answer from the other ranks for 2 s" in last
     finally:
         if fault == "hung":
             try:
