@@ -33,7 +33,8 @@ def test_calibration_measures_positive_constants_in_seconds(tmp_path):
     model = cost_model.calibrate(reps=3)
     assert time.perf_counter() - start < 20
     assert model.backend == kernels.backend_name() and model.launch_s > 0
-    assert 1e7 < model.bytes_per_s < 1e12 and model.state_s >= 0
+    # Bytes per second between a slow CPU's and past any GPU's memory (the H200 measures 3.7e12).
+    assert 1e7 < model.bytes_per_s < 2e13 and model.state_s >= 0
     assert cost_model.load(tmp_path) is None
     path = cost_model.save(model, tmp_path)
     assert path == tmp_path / cost_model.FILE_NAME and cost_model.load(tmp_path) == model
