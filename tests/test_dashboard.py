@@ -6,9 +6,12 @@ views."""
 from __future__ import annotations
 
 import io
+import json
+from dataclasses import asdict
 
 import pytest
 from rich.console import Console
+from textual.geometry import Region
 from textual.widgets import DataTable, Input, Static
 
 from dashboard_helpers import HOST, RECORDING, SIZES, poll_index, replay_app, settle, two_polls
@@ -17,6 +20,7 @@ from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import load_model
 from mlxcel.engine.sequence import SamplingParams
+from mlxcel.engine.snapshot import RankView, TensorParallelView
 from mlxcel.engine.session_prompts import DEFAULT_QUESTIONS, DEFAULT_SYSTEM_PROMPT
 from mlxcel.engine.sessions import SessionManager, synthetic_system_prompt
 from mlxcel_tui.app import DashboardApp
@@ -24,6 +28,7 @@ from mlxcel_tui.fleet import FleetApp
 from mlxcel_tui.frame import STALL_LAUNCHES, History, RateMeter, StallWatch, launch_key, launches
 from mlxcel_tui.panels import format as fmt
 from mlxcel_tui.panels.latency import scale_top, sparkline, switch_marks
+from mlxcel_tui.panels.header import tensor_parallel_line
 from mlxcel_tui.panels.launch_paths import LaunchPathsPanel
 from mlxcel_tui.panels.status import StatusLine
 from mlxcel_tui.recording import Recorder, ReplaySource, read_recording
@@ -450,6 +455,54 @@ def test_recorder_writes_what_replay_reads(tmp_path):
         ReplaySource(tmp_path / "bad.jsonl")
     with pytest.raises(SourceError, match="--start must be in"):
         ReplaySource(path, start=40)
+
+
+GiB = 2**30
+
+
+def shown_lines(widget) -> list[str]:
+    """A widget's lines as they are on screen (cut to its width and height), less its padding."""
+    return ["".join(segment.text for segment in strip).strip()
+            for strip in widget.render_lines(Region(0, 0, *widget.outer_size))]
+
+
+@pytest.mark.parametrize("size", ["200x50", "80x24"])
+async def test_a_tensor_parallel_engine_shows_its_ranks_in_the_header(size, tmp_path):
+    """The recorded run as a two-rank engine would report it: EngineSnapshot's
+    tensor_parallel as to_dict gives it, through the recording format (as the
+    HTTP source sees it: JSON); the header gains one line and the rest keeps its place."""
+    view = TensorParallelView(2, "nccl", (RankView(0, 2, int(1.2 * GiB), int(3.4 * GiB), int(4.0 * GiB)),
+                                          RankView(1, 2, int(1.2 * GiB), int(2.9 * GiB), int(3.5 * GiB))))
+    _, polls = read_recording(RECORDING)
+    path = tmp_path / "tp.jsonl"
+    recorder = Recorder(path, "a two-rank engine")
+    for snap, metrics in polls:
+        recorder.write({**snap, "tensor_parallel": asdict(view)}, metrics)
+    recorder.close()
+    source = ReplaySource(path, start=len(polls) - 2)
+    assert source.polls[-1][0]["tensor_parallel"] == json.loads(json.dumps(asdict(view)))
+    app = DashboardApp(source, refresh=3600, host=lambda snap: HOST)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        await two_polls(pilot)
+        header = app.dashboard.query_one("#header")
+        lines = shown_lines(header)
+        if size == "200x50":
+            assert header.size.height == 5 and lines[3] == (
+                "tensor parallel 2 ranks · nccl · each 2 KV heads, pool 1.2 GiB"
+                " · r0 MLX 3.4 GiB (peak 4.0 GiB) · r1 MLX 2.9 GiB (peak 3.5 GiB)")
+            assert lines[4].startswith("process RSS 300.0 MiB")
+        else:  # the short form, whole at 80 columns; the process line is left out as without TP
+            assert header.size.height == 4 and lines[3] == (
+                "TP 2 ranks · nccl · pool 1.2 GiB each · r0 MLX 3.4 GiB · r1 MLX 2.9 GiB")
+        assert lines[2].startswith("KV pool")
+    unheard = asdict(view) | {"ranks": [asdict(RankView(1, 2, int(1.2 * GiB), 0, 0))]}
+    assert str(tensor_parallel_line(unheard, wide=True)).endswith(" · r1 MLX n/a (peak n/a)")
+    plain = replay_app()
+    async with plain.run_test(size=SIZES[size]) as pilot:
+        await two_polls(pilot)
+        header = plain.dashboard.query_one("#header")
+        assert not header.has_class("-tensor-parallel") and header.size.height == (4 if size == "200x50" else 3)
+        assert not any(line.startswith(("TP ", "tensor parallel")) for line in shown_lines(header))
 
 
 async def test_help_lists_every_key_of_the_one_table_and_any_key_closes_it():

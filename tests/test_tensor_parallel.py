@@ -158,3 +158,35 @@ def test_stats_run_headless_on_two_ranks(mlxcel_home):
     metrics = {(m["name"], tuple(sorted(m["labels"].items()))): m["value"] for m in out["metrics"]}
     assert all(metrics[("mlxcel_rank_mlx_active_memory_bytes", (("rank", r),))] > 0 for r in ("0", "1"))
     assert metrics[("mlxcel_completion_tokens_total", ())] == 8
+
+
+async def test_the_dashboard_attached_to_a_two_rank_server_shows_the_ranks(mlxcel_home):
+    """How a user sees a tensor-parallel server: rank 0 serves headless, the
+    dashboard attaches over HTTP and its header names both ranks."""
+    from dashboard_helpers import settle
+    from mlxcel_tui.app import DashboardApp
+    from mlxcel_tui.panels import format as fmt
+    from mlxcel_tui.source import HttpSource
+
+    server = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--tensor-parallel", "2"], cli_env(mlxcel_home),
+                          timeout=120)
+    try:
+        app = DashboardApp(HttpSource(server.url, timeout=60), url=server.url, refresh=3600)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await settle(pilot)
+            header = app.dashboard.query_one("#header")
+            assert header.has_class("-tensor-parallel") and "tensor parallel 2 ranks · ring · each 1 KV heads" in \
+                str(header.render())
+            deadline = time.monotonic() + 30   # each rank's memory comes with the ranks' next message
+            while not all(r["active_memory_bytes"] for r in app.dashboard.frame.snapshot["tensor_parallel"]["ranks"]) \
+                    and time.monotonic() < deadline:
+                await pilot.pause(0.5)
+                await pilot.press("r")
+                await settle(pilot)
+            tp = app.dashboard.frame.snapshot["tensor_parallel"]
+            assert [r["rank"] for r in tp["ranks"]] == [0, 1] and all(r["active_memory_bytes"] > 0 for r in tp["ranks"])
+            text = str(header.render())
+            for r in tp["ranks"]:
+                assert f" · r{r['rank']} MLX {fmt.size(r['active_memory_bytes'])} (peak " in text
+    finally:
+        server.kill()

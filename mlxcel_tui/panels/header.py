@@ -1,7 +1,8 @@
 """Header: what is running where, how full it is, and what the sequences are
 doing (prefilling ones with their progress). One line per topic, cut to the
 width (never wrapped), so its height is the same at every terminal size; a
-narrow terminal gets the short form of each line."""
+narrow terminal gets the short form of each line. A tensor-parallel engine
+adds a line of its ranks (the panel's -tensor-parallel class makes room)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,25 @@ def sequences_line(snap: dict) -> Text:
     return Text.assemble(*parts)
 
 
+def tensor_parallel_line(view: dict, wide: bool) -> Text:
+    """The ranks, their backend, each rank's pool and MLX memory. Every rank's
+    pool has the same blocks and Hkv/N heads (Ranks.share_pool): they show once."""
+    first = view["ranks"][0]
+    parts = [("tensor parallel " if wide else "TP ", "bold"), f"{view['size']} ranks · {view['backend']} · "]
+    parts.append(f"each {first['kv_heads']} KV heads, pool {fmt.size(first['pool_bytes'])}" if wide else
+                 f"pool {fmt.size(first['pool_bytes'])} each")
+    for r in view["ranks"]:  # 0 bytes: no message between the ranks has told it yet
+        parts.append(f" · r{r['rank']} MLX {fmt.size(r['active_memory_bytes'] or None)}" +
+                     (f" (peak {fmt.size(r['peak_memory_bytes'] or None)})" if wide else ""))
+    return Text.assemble(*parts)
+
+
 class HeaderPanel(Widget):
     frame: reactive[Frame | None] = reactive(None)
     preparing: reactive[str | None] = reactive(None)
+
+    def watch_frame(self, frame: Frame | None) -> None:
+        self.set_class(frame is not None and frame.snapshot.get("tensor_parallel") is not None, "-tensor-parallel")
 
     def render(self) -> Text:
         f = self.frame
@@ -81,7 +98,11 @@ class HeaderPanel(Widget):
             ("process ", "bold"), f"RSS {fmt.size(host.rss_bytes)} · CPU {cpu} · ",
             ("MLX ", "bold"), f"active {fmt.size(host.mlx_active_bytes)} · peak {fmt.size(host.mlx_peak_bytes)} · ",
             ("BLAS ", "bold"), host.blas or "n/a")
-        lines = [line1, sequences_line(snap), pool_line] + ([host_line] if self.size.width >= NARROW else [])
+        lines = [line1, sequences_line(snap), pool_line]
+        if snap.get("tensor_parallel") is not None:  # recordings from before it have no such key
+            lines.append(tensor_parallel_line(snap["tensor_parallel"], wide))
+        if self.size.width >= NARROW:
+            lines.append(host_line)
         joined = Text("\n").join(lines)
         joined.no_wrap, joined.overflow = True, "ellipsis"
         return joined
