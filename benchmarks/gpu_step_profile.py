@@ -164,7 +164,8 @@ def table(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     """The arms' table, the token check and each arm's kernels, from a report (step_profile.json)."""
-    text = table(report) + f"\n\ntokens against the cascade arm's: {json.dumps(report['arms_agree'])}\n"
+    text = (table(report) + "\n\ntokens against the cascade arm's:\n\n```\n"
+            + json.dumps(report["arms_agree"], indent=1) + "\n```\n")
     for name, arm in report["arms"].items():
         if arm.get("kernels_by_name_per_step"):
             text += f"\n{name}, kernels per step (count, GPU ms):\n\n" + "\n".join(
