@@ -168,8 +168,9 @@ async def test_the_dashboard_attached_to_a_two_rank_server_shows_the_ranks(mlxce
     from mlxcel_tui.panels import format as fmt
     from mlxcel_tui.source import HttpSource
 
-    server = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--tensor-parallel", "2"], cli_env(mlxcel_home),
-                          timeout=120)
+    # A long rank timeout: this test is about what the dashboard shows, not a rank slowed by a loaded machine.
+    server = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--tensor-parallel", "2"],
+                          cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="120"), timeout=120)
     try:
         app = DashboardApp(HttpSource(server.url, timeout=60), url=server.url, refresh=3600)
         async with app.run_test(size=(200, 50)) as pilot:
@@ -177,12 +178,13 @@ async def test_the_dashboard_attached_to_a_two_rank_server_shows_the_ranks(mlxce
             header = app.dashboard.query_one("#header")
             assert header.has_class("-tensor-parallel") and "tensor parallel 2 ranks · ring · each 1 KV heads" in \
                 str(header.render())
-            deadline = time.monotonic() + 30   # each rank's memory comes with the ranks' next message
+            deadline = time.monotonic() + 60   # each rank's memory comes with the ranks' next message
             while not all(r["active_memory_bytes"] for r in app.dashboard.frame.snapshot["tensor_parallel"]["ranks"]) \
                     and time.monotonic() < deadline:
                 await pilot.pause(0.5)
                 await pilot.press("r")
                 await settle(pilot)
+            assert app.dashboard.poll_error is None, "".join(server.stderr)
             tp = app.dashboard.frame.snapshot["tensor_parallel"]
             assert [r["rank"] for r in tp["ranks"]] == [0, 1] and all(r["active_memory_bytes"] > 0 for r in tp["ranks"])
             text = str(header.render())
