@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -20,9 +21,27 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     return env | {"MLXCEL_HOME": str(home), "MLXCEL_OPENBLAS": "0", "HF_HUB_OFFLINE": "1"} | extra
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a script started in a session of its own with everything below it (a tensor-parallel run's
+    mlx.launch and ranks outlive a killed launcher)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_cli(script: str, args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPTS / script), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    with subprocess.Popen([str(SCRIPTS / script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.communicate()
+            raise
+        finally:
+            kill_group(proc)    # what it left running, if anything
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 class ServeProcess:
@@ -31,7 +50,7 @@ class ServeProcess:
     def __init__(self, args: list[str], env: dict[str, str], timeout: float = 60, preexec_fn=None) -> None:
         self.proc = subprocess.Popen([str(SCRIPTS / "mlxcel-tui"), "serve", "--headless", *args], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=preexec_fn)
+                                     preexec_fn=preexec_fn, start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -60,6 +79,5 @@ class ServeProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_group(self.proc)
+        self.proc.wait(10)
