@@ -117,6 +117,7 @@ class Ranks:
         self._waiting: tuple[str, float, float] | None = None   # what this rank waits for, until when, how long
         self._started = False
         self._faulted = threading.Lock()
+        self._launcher = os.getppid()           # mlx.launch (or what started this rank)
         threading.Thread(target=self._watch, name="mlxcel-rank-watchdog", daemon=True).start()
 
     @classmethod
@@ -255,23 +256,29 @@ class Ranks:
             if waiting is not None and time.monotonic() > waiting[1]:
                 self.fault(f"rank {self.rank} of {self.size}: no answer from the other ranks for "
                            f"{waiting[2]:g} s while waiting for {waiting[0]}: a rank has hung or died")
+            if os.getppid() != self._launcher:
+                self.fault(f"rank {self.rank} of {self.size}: the process that launched it is gone")
 
     def fault(self, message: str) -> None:
         """End this process with one error line (once, whichever thread sees it first)."""
         if not self._faulted.acquire(blocking=False):
             while True:
                 time.sleep(1)   # the first thread to fault ends the process
-        log.error("%s; this rank stops", message)
-        for callback in self.on_fault:
-            try:
-                callback(message)
-            except Exception:
-                log.exception("a fault callback failed")
-        time.sleep(FAULT_GRACE)
-        print(f"Error: {message}; the tensor-parallel {'server' if self.is_leader else 'rank'} stops",
-              file=sys.stderr, flush=True)
-        logging.shutdown()
-        os._exit(FAULT_EXIT)
+        try:
+            log.error("%s; this rank stops", message)
+            for callback in self.on_fault:
+                try:
+                    callback(message)
+                except Exception:
+                    log.exception("a fault callback failed")
+            time.sleep(FAULT_GRACE)
+            print(f"Error: {message}; the tensor-parallel {'server' if self.is_leader else 'rank'} stops",
+                  file=sys.stderr, flush=True)
+            logging.shutdown()
+        except OSError:   # stderr went with the launcher: the exit matters, not the line
+            pass
+        finally:
+            os._exit(FAULT_EXIT)
 
 
 def follow(runner, ranks: Ranks) -> None:

@@ -29,6 +29,7 @@ ENTRY = {"mlxcel-tui": "tui_main", "mlxcel": "mlxcel_main"}
 RANK_ENDED = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FAILED_GRACE = 5.0  # seconds the launcher gets to end the other ranks once one failed
+PR_SET_PDEATHSIG = 1     # prctl(2)
 STOP_GRACE = 20.0   # seconds the ranks get to stop after an interrupt before they are killed
 
 
@@ -134,13 +135,25 @@ class Ranks:
         return f"{what}{cause}; the tensor-parallel run stopped"
 
 
+def die_with_parent() -> None:
+    """In mlx.launch's process, before it runs: on Linux the kernel kills it when
+    this launcher dies (else it and its ranks would outlive a killed launcher;
+    each rank ends when mlx.launch does)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):   # not Linux: the ranks end when a peer or rank 0's messages stop
+        pass
+
+
 def start(prog: str, args: list[str], ranks: int, backend: str, on_line: Callable[[str], None]) -> Ranks:
     """Start the ranks in a session of their own (so an interrupt reaches them
     only through ``interrupt``), their output followed on a thread."""
     process = subprocess.Popen(launch_command(prog, args, ranks, backend), env=rank_env(ranks, backend),
                                stdin=subprocess.PIPE,   # mlx.launch polls its stdin: never /dev/null (always ready)
                                stdout=None, stderr=subprocess.PIPE, text=True, errors="replace",
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=die_with_parent)
     launched = Ranks(process, on_line)
     launched.reader = threading.Thread(target=launched.read, name="mlxcel-ranks-output", daemon=True)
     launched.reader.start()

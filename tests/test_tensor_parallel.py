@@ -144,6 +144,22 @@ def test_a_lost_rank_ends_the_server_with_one_error(fault, mlxcel_home):
         server.kill()
 
 
+def test_a_killed_launcher_takes_its_ranks_with_it(mlxcel_home):
+    """`kill -9` of the process a user started (not its process group): mlx.launch dies with it and every
+    rank notices its launcher is gone, so nothing is left serving or holding the port."""
+    server = ServeProcess(["tiny", "--port", "0", "--sessions", "0", "--tensor-parallel", "2"], cli_env(mlxcel_home),
+                          timeout=120)
+    try:
+        below = psutil.Process(server.proc.pid).children(recursive=True)   # mlx.launch and the two ranks
+        assert len(below) == 3
+        server.proc.kill()                       # the launcher alone
+        server.proc.wait(10)
+        gone, alive = psutil.wait_procs(below, timeout=20)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        server.kill()
+
+
 def test_stats_run_headless_on_two_ranks(mlxcel_home):
     env = cli_env(mlxcel_home)
     done = run_cli("mlxcel", ["stats", "--run", "tiny", "--tensor-parallel", "2", "--sessions", "2",
