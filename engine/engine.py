@@ -321,9 +321,10 @@ class Engine:
                 top = tuple(zip(top_ids[row][:wanted], top_logprobs[row][:wanted])) if wanted else ()
                 seq.logprobs.append(TokenLogprob(logprobs[row], top))
             reason = self._stop_reason(seq, token)
-            self._emit(seq, token, reason)
             if reason:
-                self._finish(seq, reason, emit=False)
+                self._finish(seq, reason, token=token)
+            else:
+                self._emit(seq, token, None)
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         p = seq.params
@@ -342,16 +343,18 @@ class Engine:
         except Exception:  # a broken consumer must not stop the engine
             log.exception("event callback for sequence %d failed", seq.id)
 
-    def _finish(self, seq: Sequence, reason: str, emit: bool = True) -> None:
-        # Its pages may still be written by a launched step: every later step
-        # that reuses them is ordered after it on the device.
+    def _finish(self, seq: Sequence, reason: str, emit: bool = True, token: int | None = None) -> None:
+        """End a sequence; its last event (with its last token, if any) goes out
+        after it is counted, so a client that reads /metrics on its answer sees it.
+        Its pages may still be written by a launched step: every later step that
+        reuses them is ordered after it on the device."""
         self.scheduler.remove(seq)
         self.runner.sampler.forget(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.metrics.request_finished(seq, reason, time.perf_counter())
         if emit:
-            self._emit(seq, None, reason)
+            self._emit(seq, token, reason)
         self._callbacks.pop(seq.id, None)
 
     # -- snapshots ----------------------------------------------------------

@@ -139,3 +139,22 @@ def test_the_grafana_dashboard_queries_only_exported_series(served):
     names = {n for e in exprs for n in re.findall(r"\b(?:mlxcel|process)_[a-z0-9_]+", e)}
     assert len(exprs) >= 20 and len(names) >= 25
     assert names <= exported, sorted(names - exported)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 5])
+def test_a_request_is_counted_before_its_last_event_goes_out(make_engine, max_tokens):
+    """A client that scrapes /metrics as soon as its answer ends must find the request counted: the engine
+    counts a finished request before it hands out the last event (which carries the last token)."""
+    engine = make_engine()
+    seen = []
+
+    def on_event(seq, token, reason):
+        if reason is not None:
+            seen.append((token, reason, engine.metrics.registry.get_sample_value(
+                "mlxcel_requests_total", {"finish_reason": reason})))
+
+    engine.submit([5, 6, 7, 8], SamplingParams(max_tokens=max_tokens, ignore_eos=True), on_event=on_event)
+    engine.run_until_idle()
+    assert len(seen) == 1
+    token, reason, counted = seen[0]
+    assert token is not None and reason == "length" and counted == 1
