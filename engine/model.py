@@ -190,8 +190,7 @@ class PagedAttention(nn.Module):
         self.o_proj = attn.o_proj
         if "q_norm" in attn:  # Qwen3 normalizes each head's q and k
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
-        self.rope = attn.rope
-        self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, self.rope,
+        self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, attn.rope,
                                self.get("q_norm"), self.get("k_norm"))
 
     def __call__(self, x: mx.array, mask: Any = None, cache: "StepContext | None" = None) -> mx.array:

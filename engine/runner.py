@@ -30,9 +30,10 @@ from .tensor_parallel import Ranks
 @dataclass(frozen=True)
 class Launched:
     """A step on its way: its sampled tokens (one per sampling row, lazy, with
-    their log-probabilities when a row asked), what its attention launches did (the decode rows', the prefill chunk's),
-    and when its graph was built (what follows is MLX's: encoding the
-    kernels, on the CPU running all but the last few of them)."""
+    their log-probabilities when a row asked), what its attention launches did
+    (the decode rows', the prefill chunk's), and when its graph was built (what
+    follows is MLX's: encoding the kernels, on the CPU running all but the last
+    few of them)."""
 
     sampled: Sampled
     outcomes: tuple[DecodeOutcome, ...]

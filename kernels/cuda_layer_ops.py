@@ -18,6 +18,7 @@ accuracy whatever math flags the compiler gets.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -169,6 +170,7 @@ SPLIT_INPUTS = ["qkv", "q_weight", "k_weight", "positions", "inv_freq"]
 STORE_INPUTS = SPLIT_INPUTS + ["slot_blocks", "slot_offsets", "k_pool", "v_pool"]
 
 
+@functools.cache   # a model has a few such constants, asked for by every layer of every step
 def float_bits(value: float) -> int:
     """A float32 as a template int (the kernels read it back with __int_as_float)."""
     return struct.unpack("<i", struct.pack("<f", float(value)))[0]
