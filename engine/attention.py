@@ -34,6 +34,7 @@ from mlxcel import kernels
 from mlxcel.kernels import AttentionShape
 from mlxcel.kernels import portable
 from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure
+from mlxcel.kernels.kv_quant import read_pages
 from mlxcel.kernels.portable import page_tiles
 
 from .cascade import CascadePlan, SharedSpan
@@ -240,7 +241,7 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
                             scale: float) -> mx.array:
     """Multi-token step: q [R, Hq, L, D] are each row's last L tokens (their K/V
     already written to the pool), causal. Pages are gathered into contiguous
-    K/V for mx.fast.scaled_dot_product_attention (on the CPU, where MLX runs that
+    K/V (a quantized pool's dequantized) for mx.fast.scaled_dot_product_attention (on the CPU, where MLX runs that
     unfused, the same steps with a faster softmax). Returns [R, Hq, L, D] in q's dtype."""
     rows, _, length, d = q.shape
     host = csr.host
@@ -249,9 +250,9 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     tiles = page_tiles(csr, chunk_pages=int(host.num_pages().max()))   # one tile per row
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
     slots = tiles.width * block_size
-    heads = mx.arange(num_kv_heads, dtype=mx.int32)[None, :, None]
-    keys = k_pool[tiles.pages, :, heads, :].reshape(rows, num_kv_heads, slots, d).astype(q.dtype)
-    values = v_pool[tiles.pages, :, heads, :].reshape(rows, num_kv_heads, slots, d).astype(q.dtype)
+    index = (tiles.pages, slice(None), mx.arange(num_kv_heads, dtype=mx.int32)[None, :, None], slice(None))
+    keys = read_pages(k_pool, index, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    values = read_pages(v_pool, index, q.dtype).reshape(rows, num_kv_heads, slots, d)
 
     newest = tiles.full_slots - (block_size - csr.last_page_len) - 1           # slot of each row's last token
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit

@@ -161,13 +161,7 @@ class EngineConfig:
     block_size: int = 32
     num_blocks: int | None = None  # pool size in blocks; None: from pool_bytes
     pool_bytes: int = 1 << 30
-    kv_dtype: str | None = None  # "float32", "float16", "bfloat16"; None: the model's own dtype
+    kv_dtype: str | None = None  # pool.KV_DTYPES: "bfloat16", "int8", ...; None: the model's own dtype
     max_running: int = 64
     max_batched_tokens: int = 512  # tokens a step computes: the decodes' and a prefill chunk's
     prefix_caching: bool = True
-
-    def pool_dtype(self, activation_dtype):
-        """The pool's mx.Dtype: kv_dtype, else the model's activations'."""
-        import mlx.core as mx
-
-        return getattr(mx, self.kv_dtype) if self.kv_dtype is not None else activation_dtype

@@ -49,7 +49,7 @@ class CostModel:
 
     def span_saving(self, shape: AttentionShape, pages: int, members: int) -> float:
         """Seconds a span of ``pages`` pages for ``members`` rows saves (launches aside)."""
-        read_once = pages * (members - 1) * page_bytes(shape) / self.bytes_per_s
+        read_once = pages * (members - 1) * shape.page_bytes / self.bytes_per_s
         return read_once - members * shape.q_heads * shape.head_dim * self.state_s
 
     def plan_saving(self, shape: AttentionShape, plan: CascadePlan) -> float:
@@ -60,11 +60,6 @@ class CostModel:
     def describe(self) -> str:
         return (f"{self.backend} on {self.device}: {self.launch_s * 1e6:.1f} us a launch, "
                 f"{self.bytes_per_s / 1e9:.1f} GB/s, {self.state_s * 1e12:.2f} ps a state float")
-
-
-def page_bytes(shape: AttentionShape) -> int:
-    """K and V bytes of one page."""
-    return shape.block_size * shape.kv_heads * shape.head_dim * 2 * shape.pool_dtype.size
 
 
 def model_file(home: Path | None = None) -> Path:
@@ -138,7 +133,7 @@ def calibrate(reps: int = 7) -> CostModel:
     merge = kernels.prepare_merge(np.arange(groups + 1) * width, d)
     merged = timed(lambda: merge(states, lses), reps, chain)
     backend, device = device_key()
-    kv_bytes = rows * pages * page_bytes(shape)
+    kv_bytes = rows * pages * shape.page_bytes
     return CostModel(backend, device, launch_s=small,
                      bytes_per_s=kv_bytes / max(large - small, 1e-9),
                      state_s=max(merged - small, 0.0) / (groups * width * hq * d))

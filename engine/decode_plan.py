@@ -77,7 +77,7 @@ class OutcomeRecorder(Protocol):
 
 def kv_bytes_saved(plan: CascadePlan, shape: AttentionShape) -> int:
     """Per layer: each span's pages are read once instead of once per member."""
-    return sum(span.saved_reads for span in plan.spans) * cost_model.page_bytes(shape)
+    return sum(span.saved_reads for span in plan.spans) * shape.page_bytes
 
 
 # MLXCEL_CASCADE_SPANS=one plans the seed's one subgroup and one level

@@ -90,12 +90,12 @@ class Engine:
         self.config = config or EngineConfig()
         self.cascade = cascade or CascadeConfig.from_env()
         self.metrics = metrics or EngineMetrics()
-        geometry = PoolGeometry(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
-                                self.config.block_size, self.config.pool_dtype(loaded.dtype))
+        geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
+                                      self.config.block_size, self.config.kv_dtype or dtype_name(loaded.dtype))
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
         if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
-            facts = PoolFacts(num_blocks, geometry.block_size, dtype_name(geometry.dtype))
+            facts = PoolFacts(num_blocks, geometry.block_size, geometry.kv_dtype)
             ranks.share_pool(model_facts(loaded), facts)
             ranks.on_fault.append(self._fail)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)

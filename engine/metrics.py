@@ -133,7 +133,7 @@ class EngineMetrics:
         queue, read at scrape time."""
         pool, config = engine.pool, engine.config
         self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": _dtype_name(engine.loaded.dtype),
-                        "kv_dtype": _dtype_name(pool.geometry.dtype), "block_size": str(pool.block_size),
+                        "kv_dtype": pool.geometry.kv_dtype, "block_size": str(pool.block_size),
                         "num_blocks": str(pool.num_blocks),
                         "kv_cache_bytes": str(pool.num_blocks * pool.geometry.bytes_per_block),
                         "max_running": str(config.max_running),

@@ -1,6 +1,7 @@
 """The paged KV pool: per-layer K/V block arrays and a refcounted block allocator.
 
-Every layer holds K and V as ``[num_blocks, block_size, Hkv, D]``; a sequence's
+Every layer holds K and V as ``[num_blocks, block_size, Hkv, D]`` (float
+pages, or int8/int4 codes with their scales: ``kernels.kv_quant``); a sequence's
 KV cache is a list of block ids (its page table). A block id is live while
 some page table holds it; its refcount is the number of page tables that do.
 A block whose count drops to zero goes back to the free list, unless the
@@ -16,7 +17,11 @@ from typing import Callable, Iterable
 
 import mlx.core as mx
 
+from mlxcel.kernels.kv_quant import FORMATS, KVQuant, QuantizedPages
+
 DEFAULT_BLOCK_SIZE = 32
+FLOAT_KV_DTYPES = ("float32", "float16", "bfloat16")
+KV_DTYPES = (*FLOAT_KV_DTYPES, *FORMATS)
 
 
 class PoolExhausted(RuntimeError):
@@ -34,13 +39,43 @@ class PoolGeometry:
     num_kv_heads: int
     head_dim: int
     block_size: int = DEFAULT_BLOCK_SIZE
-    dtype: mx.Dtype = mx.float32
+    dtype: mx.Dtype = mx.float32     # a float pool's element type
+    quant: KVQuant | None = None     # quantized pages instead: codes and scales
+
+    @classmethod
+    def named(cls, num_layers: int, num_kv_heads: int, head_dim: int, block_size: int,
+              kv_dtype: str) -> "PoolGeometry":
+        """A geometry whose pages are ``kv_dtype`` (one of KV_DTYPES); ValueError
+        for another name or a head dim that format cannot store."""
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"unknown KV dtype {kv_dtype!r}: choose one of {', '.join(KV_DTYPES)}")
+        if kv_dtype in FORMATS:
+            reason = FORMATS[kv_dtype].unsupported(head_dim)
+            if reason:
+                raise ValueError(reason)
+            return cls(num_layers, num_kv_heads, head_dim, block_size, quant=FORMATS[kv_dtype])
+        return cls(num_layers, num_kv_heads, head_dim, block_size, getattr(mx, kv_dtype))
+
+    @property
+    def kv_dtype(self) -> str:
+        """The pages' format as the CLI names it: "bfloat16", "int8", ..."""
+        return self.quant.name if self.quant else str(self.dtype).removeprefix("mlx.core.")
+
+    @property
+    def page_dtype(self) -> mx.Dtype:
+        """The element type of a layer's page array (a quantized pool's codes):
+        the kernels' ``AttentionShape.pool_dtype``."""
+        return self.quant.code_dtype if self.quant else self.dtype
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token's K (or V) in one KV head and layer, scales included."""
+        return self.quant.token_bytes(self.head_dim) if self.quant else self.head_dim * self.dtype.size
 
     @property
     def bytes_per_block(self) -> int:
         """K and V bytes of one block across all layers."""
-        elems = 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim
-        return elems * self.dtype.size
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.token_bytes
 
     def blocks_for_bytes(self, budget: int) -> int:
         return budget // self.bytes_per_block
@@ -54,8 +89,14 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = geometry.block_size
         shape = (num_blocks, geometry.block_size, geometry.num_kv_heads, geometry.head_dim)
-        self.keys = [mx.zeros(shape, geometry.dtype) for _ in range(geometry.num_layers)]
-        self.values = [mx.zeros(shape, geometry.dtype) for _ in range(geometry.num_layers)]
+
+        def layer() -> "mx.array | QuantizedPages":
+            if geometry.quant:
+                return QuantizedPages.empty(geometry.quant, *shape)
+            return mx.zeros(shape, geometry.dtype)
+
+        self.keys = [layer() for _ in range(geometry.num_layers)]
+        self.values = [layer() for _ in range(geometry.num_layers)]
         mx.eval(self.keys, self.values)
         self.refcount = [0] * num_blocks
         self.free: deque[int] = deque(range(num_blocks))
@@ -130,6 +171,11 @@ class BlockPool:
         return [table[p // bs] for p in positions], [p % bs for p in positions]
 
     def write(self, layer: int, blocks: mx.array, offsets: mx.array, keys: mx.array, values: mx.array) -> None:
-        """Store new K/V ``[T, Hkv, D]`` at (block, offset) pairs; in place once evaluated."""
+        """Store new K/V ``[T, Hkv, D]`` at (block, offset) pairs (quantized
+        once, here, in a quantized pool); in place once evaluated."""
+        if self.geometry.quant:
+            self.keys[layer].write(blocks, offsets, keys)
+            self.values[layer].write(blocks, offsets, values)
+            return
         self.keys[layer][blocks, offsets] = keys.astype(self.geometry.dtype)
         self.values[layer][blocks, offsets] = values.astype(self.geometry.dtype)

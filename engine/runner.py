@@ -57,7 +57,7 @@ class ModelRunner:
         self.csr_builder = CsrBuilder(pool.block_size)
         self.planner = DecodePlanner()
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
-                                    pool.geometry.dtype, pool.block_size, loaded.scale)
+                                    pool.geometry.page_dtype, pool.block_size, loaded.scale)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,

@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from .pool import FLOAT_KV_DTYPES, KV_DTYPES
 from .step_inputs import StepInputs
 
 log = logging.getLogger("mlxcel.tensor_parallel")
@@ -54,7 +55,7 @@ FAULT_GRACE = 0.5      # seconds for the server to stream the error to its clien
 
 STEP, HEARTBEAT, STOP = 1, 2, 3
 FIRST_WORDS = 2048     # one all_sum carries a step of this many words; a longer one takes a second
-POOL_DTYPES = ("float32", "float16", "bfloat16")
+POOL_DTYPES = KV_DTYPES   # a pool's page format travels as its index here
 
 
 class RankError(RuntimeError):
@@ -92,7 +93,7 @@ class PoolFacts:
 
 
 def dtype_name(dtype: mx.Dtype) -> str:
-    return next(name for name in POOL_DTYPES if getattr(mx, name) == dtype)
+    return next(name for name in FLOAT_KV_DTYPES if getattr(mx, name) == dtype)
 
 
 def model_facts(loaded) -> tuple[int, ...]:

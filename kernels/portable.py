@@ -18,6 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr, PagedCsrView
+from .kv_quant import Pages, read_pages
 from .shape import AttentionShape, check_inputs
 
 LOG2E = 1.0 / math.log(2.0)
@@ -114,8 +115,8 @@ def page_tiles(csr: PagedCsrView, chunk_pages: int | None = None) -> PageTiles:
     return build_tiles(csr.host, requested_width(chunk_pages) or tile_width(csr.host.num_pages()))
 
 
-def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTiles,
-                last_page_len: mx.array, scale: float) -> tuple[mx.array, mx.array]:
+def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, last_page_len: mx.array,
+                scale: float) -> tuple[mx.array, mx.array]:
     """Softmax state of every tile: o [S, Hq, D] float32 normalized, lse [S, Hq] log2."""
     _, hq, d = q.shape
     block_size, hkv = k_pool.shape[1], k_pool.shape[2]
@@ -127,9 +128,10 @@ def tile_states(q: mx.array, k_pool: mx.array, v_pool: mx.array, tiles: PageTile
     q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * (scale * LOG2E)).reshape(count, hkv, group, d))
     # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
     # tokens land contiguous, so the matmuls need no transposed copy.
-    heads = mx.arange(hkv, dtype=mx.int32)[None, :, None]
-    keys = k_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
-    values = v_pool[tiles.pages, :, heads, :].reshape(count, hkv, slots, d).astype(mx.float32)
+    # A quantized pool's codes are gathered and dequantized here, in float32.
+    index = (tiles.pages, slice(None), mx.arange(hkv, dtype=mx.int32)[None, :, None], slice(None))
+    keys = read_pages(k_pool, index, mx.float32).reshape(count, hkv, slots, d)
+    values = read_pages(v_pool, index, mx.float32).reshape(count, hkv, slots, d)
 
     # Scores transposed, [S, Hkv, slots, G]: keys @ q^T is the faster matmul
     # orientation on reference BLAS (no dot-product inner loop) and no slower elsewhere.

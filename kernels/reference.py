@@ -7,10 +7,27 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr
+from .kv_quant import QuantizedPages
+
+
+def dequantized(pages: QuantizedPages) -> np.ndarray:
+    """The float64 keys (or values) [..., D] quantized pages hold (kv_quant's layouts)."""
+    fmt = pages.format
+    scales = np.array(pages.scales).astype(np.float64)
+    if not fmt.affine:
+        return np.array(pages.codes).astype(np.float64) * scales
+    packed = np.array(pages.codes)
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1).astype(np.float64)
+    grouped = codes.reshape(*codes.shape[:-1], -1, fmt.group)
+    zeros = np.array(pages.zeros).astype(np.float64)
+    return (grouped * scales[..., None] + zeros[..., None]).reshape(codes.shape)
 
 
 def as_float64(x) -> np.ndarray:
-    """NumPy float64 copy of an mx.array (any float dtype, bf16 included) or array-like."""
+    """NumPy float64 copy of an mx.array (any float dtype, bf16 included), of
+    quantized pages (what they hold), or of an array-like."""
+    if isinstance(x, QuantizedPages):
+        return dequantized(x)
     if isinstance(x, mx.array):
         x = np.array(x.astype(mx.float32))
     return np.asarray(x, dtype=np.float64)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from .csr import PagedCsrView
+from .kv_quant import BY_CODE_DTYPE, KVQuant
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class AttentionShape:
     kv_heads: int
     head_dim: int
     q_dtype: mx.Dtype
-    pool_dtype: mx.Dtype
+    pool_dtype: mx.Dtype    # a float pool's dtype, or a quantized pool's codes' (int8: int8, int4: uint8)
     block_size: int
     scale: float
 
@@ -25,6 +26,18 @@ class AttentionShape:
     def of(cls, q: mx.array, k_pool: mx.array, scale: float) -> "AttentionShape":
         """The shape of a call: q [R, Hq, D], k_pool [blocks, block_size, Hkv, D]."""
         return cls(q.shape[1], k_pool.shape[2], q.shape[-1], q.dtype, k_pool.dtype, k_pool.shape[1], scale)
+
+    @property
+    def kv_quant(self) -> KVQuant | None:
+        """The quantized page format, None for float pages."""
+        return BY_CODE_DTYPE.get(self.pool_dtype)
+
+    @property
+    def page_bytes(self) -> int:
+        """K and V bytes of one page (one layer), scales included."""
+        quant = self.kv_quant
+        token = quant.token_bytes(self.head_dim) if quant else self.head_dim * self.pool_dtype.size
+        return 2 * self.block_size * self.kv_heads * token
 
     @property
     def group(self) -> int:

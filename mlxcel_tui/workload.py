@@ -133,12 +133,10 @@ def follow_as_rank(model: str | None, dtype: str, ranks) -> None:
     from mlxcel.engine.runner import ModelRunner
     from mlxcel.engine.tensor_parallel import follow, model_facts
 
-    import mlx.core as mx
-
     loaded = load_served_model(model, None if dtype == "auto" else dtype, None, lambda what: None, ranks)
     facts = ranks.share_pool(model_facts(loaded), None)
-    geometry = PoolGeometry(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim, facts.block_size,
-                            getattr(mx, facts.dtype))
+    geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim, facts.block_size,
+                                  facts.dtype)
     follow(ModelRunner(loaded, BlockPool(geometry, facts.num_blocks), ranks), ranks)
 
 

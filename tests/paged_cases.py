@@ -12,6 +12,7 @@ import pytest
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import HostCsr, host_csr
+from mlxcel.kernels.kv_quant import FORMATS, Pages, QuantizedPages, quantize
 
 # f32 kernels against the float64 reference: outputs are convex combinations of
 # N(0, 1) values and scores are dot products of <= 128 terms, so float32
@@ -59,8 +60,8 @@ def rng() -> np.random.Generator:
 class PagedCase:
     host: HostCsr
     csr: PagedCsrView
-    k_pool: mx.array
-    v_pool: mx.array
+    k_pool: Pages
+    v_pool: Pages
     q: mx.array
     scale: float
 
@@ -70,10 +71,14 @@ class PagedCase:
 
 
 def random_pools(rng: np.random.Generator, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
-                 dtype=mx.float32) -> tuple[mx.array, mx.array]:
+                 dtype=mx.float32) -> tuple[Pages, Pages]:
+    """Standard-normal K and V pools; ``dtype`` a float dtype or a quantized
+    format's name ("int8", "int4": the normals quantized as the pool stores them)."""
     shape = (num_blocks, block_size, kv_heads, head_dim)
-    return (mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype),
-            mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype))
+    k, v = (mx.array(rng.standard_normal(shape).astype(np.float32)) for _ in range(2))
+    if isinstance(dtype, str):
+        return QuantizedPages(*quantize(k, FORMATS[dtype])), QuantizedPages(*quantize(v, FORMATS[dtype]))
+    return k.astype(dtype), v.astype(dtype)
 
 
 def random_query(rng: np.random.Generator, rows: int, heads: int, head_dim: int, dtype=mx.float32,
