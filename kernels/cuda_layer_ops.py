@@ -14,6 +14,14 @@ then roped in float32: the half-split layout pairs lane l with lane l ^ 16,
 the traditional one pairs neighbours inside a lane. The angle is reduced
 modulo 2 pi before sincosf so that positions of long contexts keep their
 accuracy whatever math flags the compiler gets.
+
+Into a quantized pool (kv_quant's int8 or int4 pages) the k head (as roped,
+rounded to the dtype) and the v head are quantized as they are stored,
+exactly as ``kv_quant.quantize`` does: int8 takes the head's max |x| across
+the warp, int4 each 32-channel group's min and max across its 32 / (D/32)
+lanes (so int4 needs D/32 even and dividing 32: D of 64, 128 or 256); the
+divisions are IEEE (``__fdiv_rn``) so that no math flag moves a code. Float
+pools compile to the same code as without quantization (a template branch).
 """
 
 from __future__ import annotations
