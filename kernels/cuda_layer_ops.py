@@ -193,15 +193,15 @@ __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, co
   const T* src = qkv + item * D + lane * VEC;
   const bool is_q = head < HQ, is_v = head >= HQ + HKV;
   const int kv_head = is_v ? head - HQ - HKV : head - HQ;
-  // K and V rows: the pool's slot (the pool is written in place: see layer_ops) or the k/v outputs.
-  // A quantized pool's slot is addressed by store_quantized.
+  // K and V rows: the pool's slot (the pool is written in place: see layer_ops) or the k/v outputs; a
+  // quantized pool's slot (slot_head) is addressed by store_quantized.
   TP* kv_dst = nullptr;
   size_t slot_head = 0;
   if (!is_q) {
     TP* base = STORE ? const_cast<TP*>(is_v ? v_pool.codes : k_pool.codes) : (is_v ? v_out : k_out);
     const size_t slot = STORE ? size_t(slot_blocks[row]) * BLOCK + slot_offsets[row] : size_t(row);
     slot_head = slot * HKV + kv_head;
-    kv_dst = base + slot_head * D + lane * VEC;
+    if constexpr (QUANT == 0) kv_dst = base + slot_head * D + lane * VEC;
   }
   if (is_v) {
     if constexpr (QUANT != 0) {
