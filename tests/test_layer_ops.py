@@ -230,7 +230,10 @@ def test_split_heads_quantizes_k_and_v_into_quantized_pool_slots(fmt, family, dt
     blocks, block_size, rows = 9, 16, 11
     # Both rope layouts: Qwen3 half-split with q/k norms, Llama 3 neighbour pairs without.
     heads = qwen3_heads(d, mx_dtype, False, rng) if family == "qwen3" else llama3_heads(d, mx_dtype, True, rng)
-    keys, values = random_pools(rng, blocks, block_size, 2, d, dtype=fmt)
+    # Fresh (row-contiguous) arrays, as the engine's pool allocates them: MLX hands a kernel a copy of an
+    # input it does not see as row-contiguous, and a store into a copy is lost.
+    keys, values = (QuantizedPages(*(None if part is None else mx.array(np.array(part)) for part in pages))
+                    for pages in random_pools(rng, blocks, block_size, 2, d, dtype=fmt))
     before = [stored(pages) for pages in (keys, values)]
     slot_ids = rng.choice(blocks * block_size, rows, replace=False)
     slot_blocks = mx.array(slot_ids // block_size, mx.int32)
