@@ -238,7 +238,10 @@ def test_split_heads_quantizes_k_and_v_into_quantized_pool_slots(fmt, family, dt
     slot_ids = rng.choice(blocks * block_size, rows, replace=False)
     slot_blocks = mx.array(slot_ids // block_size, mx.int32)
     slot_offsets = mx.array(slot_ids % block_size, mx.int32)
-    qkv = mx.array(rng.normal(size=(rows, 1, 12 * d)) * 2, mx_dtype)
+    x = rng.normal(size=(rows, 1, 12 * d)) * 2
+    x[0] = 0                # the scales' edge cases: a zero head (scale 0) and a constant one (int4: max == min)
+    x[1, :, 10 * d:] = 0.75
+    qkv = mx.array(x, mx_dtype)
     positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
 
     q, k, v = layer_ops().split_heads(heads, qkv, positions, PoolSlots(keys, values, slot_blocks, slot_offsets))
