@@ -50,16 +50,19 @@ def sequences_line(snap: dict) -> Text:
 
 def kv_format(pool: dict, wide: bool) -> str | None:
     """The pages' format, bytes and the pages it gains over the model's own
-    dtype ("int8 · 33.0 KiB/page · 1.9x pages"); None for a snapshot that
-    does not say (a server from before quantized pages)."""
+    dtype ("int8 · 33.0 KiB/page · 1.9x pages"; wide, with the page's tokens
+    and the dtype compared with); None for a snapshot that does not say (a
+    server from before quantized pages)."""
     gain = page_gain(pool)
     if not pool.get("kv_dtype") or gain is None:
         return None
-    if pool["kv_dtype"] == pool["model_dtype"]:
-        versus = "the model's dtype" if wide else "model dtype"
-    else:
-        versus = f"{gain:.2f}x the pages of {pool['model_dtype']}" if wide else f"{gain:.1f}x pages"
-    return f"{pool['kv_dtype']} · {fmt.size(pool['bytes_per_block'])}/page · {versus}"
+    page = f"{fmt.size(pool['bytes_per_block'])}/page"
+    if not wide:
+        versus = "model dtype" if pool["kv_dtype"] == pool["model_dtype"] else f"{gain:.1f}x pages"
+        return f"{pool['kv_dtype']} · {page} · {versus}"
+    versus = "the model's dtype" if pool["kv_dtype"] == pool["model_dtype"] else \
+        f"{gain:.2f}x pages vs {pool['model_dtype']}"
+    return f"{pool['kv_dtype']} · {page} ({pool['block_size']} tokens) · {versus}"
 
 
 def tensor_parallel_line(view: dict, wide: bool) -> Text:
@@ -106,8 +109,9 @@ class HeaderPanel(Widget):
         cache = snap["prefix_cache"]
         pool_line.append(f" · prefix cache {cache['hits']}/{cache['queries']} hits")
         if wide:
-            pool_line.append(f" · {pool['free']} free · {pool['block_size']} tokens/block" +
-                             ("" if kv else f" · {fmt.size(pool['bytes_per_block'])}/block") +
+            pool_line.append(f" · {pool['free']} free" +
+                             ("" if kv else f" · {pool['block_size']} tokens/block"
+                                            f" · {fmt.size(pool['bytes_per_block'])}/block") +
                              f" · {fmt.count(cache['prefix_tokens_reused'])} tokens reused · "
                              f"{cache['evictions']} evictions")
         cpu = "n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"
