@@ -14,7 +14,7 @@ from rich.console import Console
 from textual.geometry import Region
 from textual.widgets import DataTable, Input, Static
 
-from dashboard_helpers import HOST, RECORDING, SIZES, poll_index, replay_app, settle, two_polls
+from dashboard_helpers import HOST, INT8_POOL, RECORDING, SIZES, poll_index, replay_app, settle, two_polls
 from mlxcel.engine.builtin_models import TINY_MODEL_NAME, tiny_model_path
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
@@ -572,6 +572,8 @@ async def test_every_size_shows_the_map_rows_the_footer_and_the_cascade_state(si
 
 async def test_fleet_shows_a_row_per_server_and_enter_opens_its_dashboard():
     sources = [ReplaySource(RECORDING, 30), ReplaySource(RECORDING, 130)]
+    for snap, _ in sources[1].polls:   # b as an int8 server reports its pool; a as one from before the format
+        snap["pool"] = {**snap["pool"], **INT8_POOL}
     app = FleetApp(sources, ["http://a:8000", "http://b:8000"], refresh=3600)
     async with app.run_test(size=SIZES["100x30"]) as pilot:
         await settle(pilot)
@@ -579,6 +581,7 @@ async def test_fleet_shows_a_row_per_server_and_enter_opens_its_dashboard():
         assert table.row_count == 2
         a, b = (table.get_row_at(i) for i in range(2))
         assert a[0] == "http://a:8000" and a[3].plain == "ON" and b[3].plain == "OFF"
+        assert a[5].plain.endswith("%)") and b[5].plain.endswith("%) int8")
         assert a[1] == sources[0].polls[30][0]["model"]
         await pilot.press("j", "enter")
         await settle(pilot)
