@@ -178,7 +178,10 @@ def test_the_page_format_its_bytes_and_the_pages_it_gains(make_engine, kv_dtype,
     engine = make_engine(num_blocks=16, kv_dtype=kv_dtype)
     with running_server(engine) as (base, _):
         families, text = scrape(base)
+        pool = httpx.get(f"{base}/v1/cascade").json()["snapshot"]["pool"]   # what `attach` reads
     page = 2 * 4 * 32 * 2 * token_bytes
+    assert (pool["kv_dtype"], pool["bytes_per_block"]) == (kv_dtype or "float32", page)
+    assert (pool["model_dtype"], pool["model_dtype_bytes_per_block"]) == ("float32", 2 * 4 * 32 * 2 * 4 * 64)
     assert value(families, "mlxcel_kv_cache_page_bytes") == page
     assert value(families, "mlxcel_kv_cache_pages_vs_model_dtype_ratio") == pytest.approx(4 * 64 / token_bytes)
     for name in ("mlxcel_kv_cache_page_bytes", "mlxcel_kv_cache_pages_vs_model_dtype_ratio"):
