@@ -94,6 +94,8 @@ class Engine:
                                       self.config.block_size, self.config.kv_dtype or dtype_name(loaded.dtype))
         num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
         self.pool = BlockPool(geometry, num_blocks)
+        # The same pages at the model's own dtype: what the snapshot and /metrics compare the format with.
+        self.model_dtype_geometry = replace(geometry, dtype=loaded.dtype, quant=None)
         if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
             facts = PoolFacts(num_blocks, geometry.block_size, geometry.kv_dtype)
             ranks.share_pool(model_facts(loaded), facts)
@@ -434,7 +436,8 @@ class Engine:
             last_path=outcome.path if outcome else "",
             recent_steps=tuple(self._recent),
             pool=PoolView(pool.num_blocks, bs, pool.num_live, len(pool.free), pool.num_shared,
-                          len(pool.reusable), pool.geometry.bytes_per_block),
+                          len(pool.reusable), pool.geometry.bytes_per_block, pool.geometry.kv_dtype,
+                          self.model_dtype_geometry.kv_dtype, self.model_dtype_geometry.bytes_per_block),
             prefix_cache={"queries": stats.queries, "hits": stats.hits, "misses": stats.misses,
                           "prefix_tokens_reused": stats.prefix_tokens_reused, "evictions": stats.evictions,
                           "cached_blocks": stats.cached_blocks},

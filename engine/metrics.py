@@ -183,6 +183,14 @@ class _EngineCollector:
         yield GaugeMetricFamily("mlxcel_kv_cache_usage_ratio",
                                 "Share of the KV pool's blocks held by page tables (0-1)",
                                 value=pool.num_live / pool.num_blocks)
+        page_bytes = pool.geometry.bytes_per_block
+        yield GaugeMetricFamily("mlxcel_kv_cache_page_bytes",
+                                "Bytes of one KV page (block): K and V of its tokens in every layer, "
+                                "quantized pages' scales included", value=page_bytes)
+        yield GaugeMetricFamily("mlxcel_kv_cache_pages_vs_model_dtype_ratio",
+                                "Pages a KV byte budget holds in the pool's format per page it holds at the "
+                                "model's own dtype (engine_info's dtype; 1 there)",
+                                value=self.engine.model_dtype_geometry.bytes_per_block / page_bytes)
         yield GaugeMetricFamily("mlxcel_queue_depth", "Requests waiting for admission (the snapshot's waiting)",
                                 value=len(sched.waiting))
         yield GaugeMetricFamily("mlxcel_running_sequences",

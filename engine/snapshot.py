@@ -57,7 +57,12 @@ class PoolView:
     free: int
     shared: int
     reusable: int  # unreferenced but kept for the prefix cache
-    bytes_per_block: int
+    bytes_per_block: int   # K and V of one block, all layers, scales included
+    # The page format and the model's own dtype with its page's bytes ("" and 0
+    # in snapshots of servers from before quantized pages).
+    kv_dtype: str = ""
+    model_dtype: str = ""
+    model_dtype_bytes_per_block: int = 0
 
 
 @dataclass(frozen=True)

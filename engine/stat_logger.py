@@ -1,7 +1,8 @@
 """The engine's one-line summary at info every few seconds, as vLLM logs it:
 throughput since the last line, running and waiting requests, KV pool use,
 the prefix cache's hit rate and cascade's share of decode launches. Nothing
-is logged while the engine stays idle."""
+is logged while the engine stays idle. Once, at start, the KV pool it sized:
+blocks, page format and bytes, and the pages gained over the model's dtype."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ class StatLogger:
         self.interval = interval
         self._last = time.monotonic()
         self._seen = self._counts()
+        pool, model = engine.pool, engine.model_dtype_geometry
+        page = pool.geometry.bytes_per_block
+        log.info("KV cache: %d blocks of %d tokens, %s pages of %.1f KiB (%.2fx the pages of %s), %.1f MiB",
+                 pool.num_blocks, pool.block_size, pool.geometry.kv_dtype, page / 2**10,
+                 model.bytes_per_block / page, model.kv_dtype, pool.num_blocks * page / 2**20)
 
     def _counts(self) -> tuple[float, ...]:
         value = self.engine.metrics.registry.get_sample_value

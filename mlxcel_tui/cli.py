@@ -93,7 +93,7 @@ def tui():
 @debug_option
 def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dtype, cascade, min_shared_pages,
           min_members, sessions, tenants, sub_prefix_tokens, system_prompt, shared_prefix_tokens, max_tokens,
-          kv_blocks, kv_cache_mb, max_batched_tokens, block_size, max_prompt_tokens, max_body_bytes,
+          kv_blocks, kv_cache_mb, max_batched_tokens, block_size, kv_dtype, max_prompt_tokens, max_body_bytes,
           tensor_parallel, backend, record, debug):
     """Start the engine, the built-in sessions, the OpenAI-compatible server and the dashboard.
 
@@ -144,7 +144,7 @@ def serve(model, host, port, api_key, api_key_file, no_host_check, headless, dty
 
         def start(progress=None, stage=None):
             engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, kv_cache_mb,
-                                  block_size, dtype, progress, stage, max_batched_tokens, ranks)
+                                  block_size, dtype, progress, stage, max_batched_tokens, ranks, kv_dtype)
             from mlxcel.engine.listen import make_uvicorn  # after build_engine: it imports mlx-lm first
             from mlxcel.engine.server import OpenAIServer
             from mlxcel.engine.sessions import tenant_system_prompts

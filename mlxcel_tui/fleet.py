@@ -1,5 +1,5 @@
 """The fleet view (`mlxcel-tui attach URL [URL ...]`): one row per server
-(model, tokens/s, cascade state and share of launches, pool use), each
+(model, tokens/s, cascade state and share of launches, pool use and page format), each
 polled in its own worker; Enter opens that server's dashboard, Esc comes back."""
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class ServerRow:
         return [self.name, snap["model"], Text(f"{snap['tokens_per_second']:,.1f}", justify="right"),
                 Text("ON", style="bold " + fmt.CASCADE_ON) if enabled else Text("OFF", style=fmt.CASCADE_OFF),
                 Text(fmt.percent(cascade, fused) + " of launches", justify="right"),
-                Text(f"{pool['live']}/{pool['num_blocks']} ({fmt.percent(pool['live'], pool['num_blocks'])})",
-                     justify="right"),
+                Text(f"{pool['live']}/{pool['num_blocks']} ({fmt.percent(pool['live'], pool['num_blocks'])})"
+                     + (f" {pool['kv_dtype']}" if pool.get("kv_dtype") else ""), justify="right"),
                 Text(f"{len(snap['sequences'])} live · {snap['waiting']} waiting", justify="right"), state]
 
 

@@ -27,6 +27,13 @@ STALL_LAUNCHES = 32
 HISTORY_SECONDS = 15 * 60  # how far back the history plots reach
 
 
+def page_gain(pool: dict) -> float | None:
+    """Pages a byte budget holds in a snapshot pool's format per page at the
+    model's own dtype; None where the snapshot does not say (older servers)."""
+    model_bytes = pool.get("model_dtype_bytes_per_block")
+    return model_bytes / pool["bytes_per_block"] if model_bytes else None
+
+
 def launch_key(path: str) -> str:
     return f'mlxcel_paged_decode_launches_total{{path="{path}"}}'
 

@@ -9,6 +9,7 @@ import click
 
 from mlxcel.engine.config import EngineConfig
 from mlxcel.engine.limits import ServerLimits
+from mlxcel.engine.pool import KV_DTYPES
 
 
 class CliError(click.ClickException):
@@ -42,7 +43,17 @@ def session_options(f):
     return f
 
 
+def kv_dtype_option(f):
+    return click.option(
+        "--kv-dtype", type=click.Choice(("auto", *KV_DTYPES)), envvar="MLXCEL_KV_DTYPE", default="auto",
+        show_default=True,
+        help="KV page format: a float dtype, or int8 (one scale per token and KV head) or int4 (a scale and "
+             "zero per 32 channels) codes, quantized once as written (auto: the model's own dtype) "
+             "[env MLXCEL_KV_DTYPE].")(f)
+
+
 def pool_options(f):
+    f = kv_dtype_option(f)
     f = click.option("--block-size", type=click.IntRange(1, 1024), default=32, show_default=True,
                      help="Tokens per KV page.")(f)
     f = click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks.")(f)

@@ -10,8 +10,8 @@ import click
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .frame import EXTRA_BLAS
-from .options import CliError, cascade_options, debug_option, model_options, parallel_options
+from .frame import EXTRA_BLAS, page_gain
+from .options import CliError, cascade_options, debug_option, kv_dtype_option, model_options, parallel_options
 from .source import HttpSource, SourceError, sample_key
 from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
                        system_prompt_text)
@@ -39,6 +39,11 @@ def snapshot_summary(snap: dict) -> dict:
         "pool_blocks_shared": pool["shared"],
         "pool_blocks_reusable": pool["reusable"],
         "pool_block_bytes": pool["bytes_per_block"],
+        # The page format, and the pages it gains over the model's own dtype in the same bytes.
+        "kv_dtype": pool.get("kv_dtype"),
+        "model_dtype": pool.get("model_dtype"),
+        "model_dtype_block_bytes": pool.get("model_dtype_bytes_per_block"),
+        "pages_vs_model_dtype": page_gain(pool),
         # Storage figure: blocks the live page tables name, against what one
         # private copy per sequence would take.
         "page_table_entries": pages,
@@ -89,6 +94,7 @@ def _overview_rows(summary: dict) -> list[tuple[str, str]]:
         ("requests", f"{summary['running']} running · {summary['waiting']} waiting"),
         ("KV pool", f"{used} of {total} blocks used ({_pct(used, total)}) · {_mib(used * block)} of "
                     f"{_mib(total * block)}"),
+        ("KV pages", _kv_pages(summary)),
         ("shared / reusable", f"{summary['pool_blocks_shared']} shared · {summary['pool_blocks_reusable']} "
                               "reusable blocks"),
         ("saved by sharing", f"{summary['blocks_saved_by_sharing']} blocks "
@@ -107,6 +113,15 @@ def _overview_rows(summary: dict) -> list[tuple[str, str]]:
                    "MLX active"),
     ]
     return rows
+
+
+def _kv_pages(summary: dict) -> str:
+    if not summary["kv_dtype"]:   # a server from before quantized pages
+        return f"{summary['pool_block_bytes'] / 2**10:.1f} KiB each"
+    gain = summary["pages_vs_model_dtype"]
+    versus = ("the model's dtype" if summary["kv_dtype"] == summary["model_dtype"] else
+              f"{gain:.2f}x the pages of {summary['model_dtype']} in the same bytes")
+    return f"{summary['kv_dtype']} · {summary['pool_block_bytes'] / 2**10:.1f} KiB each, all layers · {versus}"
 
 
 def _metric_rows(prometheus_text: str) -> list[tuple[str, str]]:
@@ -138,8 +153,10 @@ def _unit(name: str, value: float | None) -> str:
         return f"{value * 1e3:.2f} ms"
     if base.endswith("_bytes") or base.endswith("_bytes_saved"):
         return _mib(value)
-    if base.endswith("_ratio"):
+    if base.endswith("_usage_ratio"):   # a share, 0-1
         return f"{100 * value:.1f}%"
+    if base.endswith("_ratio"):   # one size over another
+        return f"{value:.2f}x"
     return f"{value:g}"
 
 
@@ -192,7 +209,7 @@ def emit(fmt: str, snap: dict, prometheus_text: str, sessions: list[dict] | None
 
 
 def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, cascade, min_shared_pages,
-                 min_members, kv_blocks, dtype="auto", ranks=None):
+                 min_members, kv_blocks, dtype="auto", ranks=None, kv_dtype="auto"):
     """Run N sessions for a few turns on this thread; returns (engine, sessions, peak snapshot)."""
     from .progress import StderrProgress
 
@@ -200,7 +217,7 @@ def run_workload(model, sessions, shared_prefix_tokens, max_tokens, turns, casca
     if notice:
         click.echo(f"mlxcel: {notice}", err=True)
     engine = build_engine(model, cascade, min_shared_pages, min_members, kv_blocks, dtype=dtype,
-                          progress=StderrProgress(), ranks=ranks)
+                          progress=StderrProgress(), ranks=ranks, kv_dtype=kv_dtype)
     prompt = system_prompt_text(engine, None, shared_prefix_tokens)
     manager = start_sessions(engine, sessions, prompt, max_tokens, turns=turns)
     total = sessions * turns * max_tokens
@@ -276,12 +293,13 @@ def watch_server(source: HttpSource, fmt: str, every: float | None, count: int |
 @click.option("--turns", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Questions each session asks in --run.")
 @click.option("--kv-blocks", type=click.IntRange(1), default=None, help="KV pool size in blocks for --run.")
+@kv_dtype_option
 @cascade_options
 @model_options
 @parallel_options
 @debug_option
 def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_tokens, max_tokens, turns, kv_blocks,
-          cascade, min_shared_pages, min_members, dtype, tensor_parallel, backend, debug):
+          kv_dtype, cascade, min_shared_pages, min_members, dtype, tensor_parallel, backend, debug):
     """Dump engine metrics and a snapshot summary, from --url or a --run."""
     if (url is None) == (run_model is None):
         raise click.UsageError("give exactly one of --url URL or --run [MODEL]")
@@ -312,7 +330,8 @@ def stats(url, run_model, fmt, watch, count, api_key, sessions, shared_prefix_to
     if ranks is not None and not ranks.is_leader:
         return follow_as_rank(run_model or None, dtype, ranks)
     engine, manager, peak = run_workload(run_model or None, sessions, shared_prefix_tokens, max_tokens, turns,
-                                         cascade, min_shared_pages, min_members, kv_blocks, dtype, ranks)
+                                         cascade, min_shared_pages, min_members, kv_blocks, dtype, ranks,
+                                         kv_dtype)
     source = EngineSource(engine, manager)
     summary_snap = source.snapshot()
     # The storage figure is read at the busiest step: at the end every page is released.

@@ -28,11 +28,14 @@ def import_mlx_lm() -> None:
 def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int | None,
                  min_members: int | None, kv_blocks: int | None = None, kv_cache_mb: int | None = None,
                  block_size: int = 32, dtype: str = "auto", progress=None, stage=None,
-                 max_batched_tokens: int | None = None, ranks=None):
+                 max_batched_tokens: int | None = None, ranks=None, kv_dtype: str = "auto"):
     """The engine on MODEL: a model directory, or a built-in name (None: the
     default). ``progress(what, done, total)`` follows a first-use conversion,
     ``stage(what)`` the steps after it. With ``ranks`` (rank 0 of several),
-    on this rank's shard of the model."""
+    on this rank's shard of the model. A pool the model cannot have (a KV
+    format its head dim does not fit, say) is one CliError, before the engine
+    starts anything; under tensor parallelism, before the other ranks hear of
+    a pool, so they end with rank 0."""
     import_mlx_lm()  # before any engine module imports it
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
@@ -42,12 +45,16 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
                                        ("min_members", min_members)) if v is not None})
     loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None),
                                ranks)
-    engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks)
+    engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks,
+                                 kv_dtype=None if kv_dtype == "auto" else kv_dtype)
     if max_batched_tokens:
         engine_config.max_batched_tokens = max_batched_tokens
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
-    engine = Engine(loaded, engine_config, cascade=config, ranks=ranks)
+    try:
+        engine = Engine(loaded, engine_config, cascade=config, ranks=ranks)
+    except ValueError as err:   # the pool's refusal: PoolGeometry.named, BlockPool
+        raise CliError(str(err)) from err
     engine.process_facts[EXTRA_BLAS] = blas.describe()
     return engine
 

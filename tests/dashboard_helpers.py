@@ -32,10 +32,19 @@ def poll_index(source: ReplaySource, test) -> int:
     return next(i for i, (snap, _) in enumerate(source.polls) if test(snap))
 
 
-def replay_app(start: int | None = None, **kwargs) -> DashboardApp:
+# The recorded run's pool (tiny model, 16-token pages, float32: 64 KiB a page) as an int8 pool would report
+# it: a page's 2 x 4 layers x 16 tokens x 2 heads x (64 codes + a 2-byte scale) = 16.5 KiB.
+INT8_POOL = {"bytes_per_block": 16896, "kv_dtype": "int8", "model_dtype": "float32",
+             "model_dtype_bytes_per_block": 65536}
+
+
+def replay_app(start: int | None = None, pool: dict | None = None, **kwargs) -> DashboardApp:
     """The recording from poll start (default: cascade on with every session
-    decoding), with fixed host figures; the test polls it."""
+    decoding), with fixed host figures; the test polls it. ``pool``: fields
+    to set in every snapshot's pool (the recording predates some)."""
     source = ReplaySource(RECORDING)
+    for snap, _ in source.polls if pool else ():
+        snap["pool"] = {**snap["pool"], **pool}
     if start is None:
         start = cascading_poll(source)
     source.position = start - 1

@@ -44,7 +44,8 @@ def test_a_url_run_scrapes_only_when_asked():
 
 
 @pytest.mark.parametrize("argv", [["--concurrency", "4,x"], ["--concurrency", "0"], ["--arms", "on,sideways"],
-                                  ["--max-tokens", "0"], ["--reps", "0"]])
+                                  ["--max-tokens", "0"], ["--reps", "0"], ["--kv-dtype", "int8,fp8"],
+                                  ["--kv-dtype", ","], ["--url", "http://127.0.0.1:9", "--kv-dtype", "int8"]])
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
@@ -58,6 +59,15 @@ def test_server_arguments_per_arm():
     assert bench.server_args(args, "on")[:3] == ["--cascade", "--min-shared-pages", "4"]
     assert bench.server_args(args, "off")[0] == "--no-cascade" and "--min-shared-pages" not in bench.server_args(
         args, "off")
+
+
+def test_every_arm_runs_on_each_kv_dtype():
+    args = bench.parse_args(["--arms", "off,on", "--kv-dtype", "float32,int8,float32", "--concurrency", "8"])
+    assert args.kv_dtype == ["float32", "int8"]
+    assert bench.server_arms(args) == [("off", "float32"), ("off", "int8"), ("on", "float32"), ("on", "int8")]
+    assert bench.server_args(args, "off", "int8")[:3] == ["--no-cascade", "--kv-dtype", "int8"]
+    assert "--kv-dtype" not in bench.server_args(args, "off")
+    assert bench.server_arms(bench.parse_args(["--arms", "off"])) == [("off", None)]
 
 
 # -- statistics ---------------------------------------------------------------
@@ -192,6 +202,27 @@ def test_ratios_name_the_targets():
     assert "concurrency 2: mean TPOT cascade-off / cascade-on = 1.50x" in lines
 
 
+def kv_dtype_level(int8_decode_tps: float) -> LevelResult:
+    """cascade-off on float32 and int8 pages (2**20 and 2**18 KV bytes at the peak)."""
+    level = LevelResult(2)
+    for kv_dtype, kv, decode in (("float32", 2**20, 200), ("int8", 2**18, int8_decode_tps)):
+        run = arm_run(f"cascade-off+{kv_dtype}", 2, ["a", "b"], 0.1, 0.03, decode, kv=kv, peak=2**28)
+        run.kv_dtype = kv_dtype
+        level.add(run)
+    return level
+
+
+def test_kv_dtype_ratios_name_the_issue_targets():
+    met = ratio_lines([kv_dtype_level(210)])
+    assert met == ["concurrency 2: KV memory cascade-off+float32 / cascade-off+int8 = 4.00x  (target >= 3.5x: met)",
+                   "concurrency 2: decode tok/s cascade-off+int8 / cascade-off+float32 = 1.05x  "
+                   "(target >= 1x: met)",
+                   "concurrency 2: output tok/s cascade-off+int8 / cascade-off+float32 = 1.00x"]
+    assert "(target >= 1x: missed)" in ratio_lines([kv_dtype_level(190)])[1]
+    assert "KV pages (the server's):                 int8" in result_block("x", kv_dtype_level(1).figures(
+        "cascade-off+int8"))
+
+
 def test_tables_carry_every_arm_and_the_vllm_labels():
     level = three_arm_level()
     table = summary_table([level])
@@ -219,8 +250,8 @@ def test_agreement_compares_token_ids_where_every_run_has_them():
                 r.token_ids = [7, r.index, 9]
     level.runs["cascade-off"][0].records[1].token_ids = [7, 1, 8]
     off, mlx = compare_arms(level)
-    assert off.describe() == ("cascade-off vs cascade-on: 1/2 identical by token ids; "
-                              "first difference at rep 0, client 1, token 2: (9,) vs (8,)")
+    assert off.describe() == ("cascade-off vs cascade-on: 1/2 identical by token ids; 5/6 tokens (83%) before "
+                              "the first difference; first difference at rep 0, client 1, token 2: (9,) vs (8,)")
     assert mlx.all_identical and mlx.by == "token ids"
 
 
@@ -276,3 +307,25 @@ def test_a_tiny_run_starts_both_servers_and_compares_with_mlx_lm(tiny_model_path
     assert "=== cascade-on @ concurrency 2 ===" in out
     assert "| 2 | mlx-lm | 2 |" in out and "did not run at this level" in out
     assert (tmp_path / "runs.json").read_text().startswith("{")
+
+
+def test_a_tiny_run_on_two_kv_dtypes_reports_their_memory_and_agreement(tiny_model_path, tmp_path, capsys):
+    """Not a timing test: each server runs on the format asked for (as it reports it), the KV memory column
+    prices a page at what it takes (the tiny model's int8 page: 64 codes + a 2-byte scale a token and head,
+    float32's 256 bytes), and the agreement of the two formats' tokens is printed, not asserted."""
+    levels = bench.main(["--shared-prefix-tokens", "64", "--prompt-tokens", "8", "--concurrency", "2",
+                         "--max-tokens", "16", "--model", "tiny", "--arms", "off", "--kv-dtype", "float32,int8",
+                         "--poll-interval", "0.01",
+                         "--no-warmup", "--log-dir", str(tmp_path / "logs")])
+    out = capsys.readouterr().out
+    level, = levels
+    assert level.arms == ["cascade-off+float32", "cascade-off+int8"]
+    f32, int8 = level.figures("cascade-off+float32"), level.figures("cascade-off+int8")
+    assert (f32.kv_dtype, int8.kv_dtype) == ("float32", "int8")
+    for runs in level.runs.values():
+        assert all(r.ok and r.output_tokens == 16 for r in runs[0].records)
+    f32_blocks = f32.kv_peak_bytes / (2 * 4 * 32 * 2 * 256)
+    assert f32_blocks >= 1 and f32_blocks == int(f32_blocks)
+    assert int8.kv_peak_bytes / (2 * 4 * 32 * 2 * 66) == int(int8.kv_peak_bytes / (2 * 4 * 32 * 2 * 66)) >= 1
+    assert "KV memory cascade-off+float32 / cascade-off+int8 = " in out and "(target >= 3.5x: " in out
+    assert "cascade-off+int8 vs cascade-off+float32: " in out and "WARNING" not in out

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 
+import psutil
 import pytest
-from cli_process import cli_env, run_cli
+from cli_process import SCRIPTS, cli_env, kill_group, run_cli
 
 from mlxcel_tui import cli
 
@@ -82,6 +84,7 @@ def test_port_in_use(run_tui, busy_port):
     (["--max-body-bytes", "-1"], "'--max-body-bytes'"),
     (["--block-size", "0"], "'--block-size'"),
     (["--kv-blocks", "0"], "'--kv-blocks'"),
+    (["--kv-dtype", "int3"], "Invalid value for '--kv-dtype': 'int3' is not one of 'auto', 'float32'"),
     (["--sessions", "-1"], "'--sessions'"),
     (["--bogus-option"], "No such option"),
     (["--host", "0.0.0.0"], "refusing to bind 0.0.0.0 without an API key"),
@@ -141,3 +144,63 @@ def test_replay_and_record_refusals(run_tui, tmp_path):
     status, lines = run_tui("serve", "tiny", "--headless", *record)
     assert status == 2 and "needs the dashboard" in lines[-1]
     assert not (tmp_path / "r.jsonl").exists()  # refused before anything was written
+
+
+# -- a KV page format the model cannot have ---------------------------------------
+
+# Heads 48 wide: int8 pages store them, int4's 32-channel groups do not divide them.
+HEAD_DIM_48 = dict(model_type="llama", num_layers=2, hidden_size=96, num_heads=2, num_kv_heads=2, head_dim=48,
+                   intermediate_size=128, seed=7)
+
+
+@pytest.fixture(scope="module")
+def head_dim_48_model(mlxcel_home):
+    from mlxcel.engine.random_model import ModelSpec, cached_random_model
+
+    return str(cached_random_model("cli-test-head-dim-48", ModelSpec(**HEAD_DIM_48), mlxcel_home))
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return sock.getsockname()[1]
+
+
+def test_a_kv_format_the_head_dim_cannot_store_is_one_line_and_leaves_the_port_free(run_tui, head_dim_48_model):
+    port = free_port()
+    status, lines = run_tui("serve", head_dim_48_model, "--headless", "--port", str(port), "--kv-dtype", "int4")
+    assert_one_error_line(status, lines, "int4 KV pages need a head dim divisible by 32, the model has 48")
+    with socket.create_server(("127.0.0.1", port)):   # nothing holds it
+        pass
+
+
+def test_an_unknown_kv_dtype_from_the_environment_is_refused(run_tui, monkeypatch):
+    monkeypatch.setenv("MLXCEL_KV_DTYPE", "fp8")
+    status, lines = run_tui("serve", "tiny", "--headless", "--port", "0")
+    assert_one_error_line(status, lines, "Invalid value for '--kv-dtype': 'fp8' is not one of")
+
+
+def test_stats_run_refuses_the_format_as_serve_does(run_tui, head_dim_48_model, capsys):
+    status = cli.run(cli.mlxcel, ["stats", "--run", head_dim_48_model, "--kv-dtype", "int4"], "mlxcel")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert_one_error_line(status, lines, "int4 KV pages need a head dim divisible by 32")
+
+
+def test_a_kv_format_refused_on_rank_0_ends_every_rank(mlxcel_home, head_dim_48_model):
+    """Two ranks start and load the model; rank 0 refuses the pool before it
+    tells the other rank of one: one line, and no rank is left running."""
+    args = [str(SCRIPTS / "mlxcel-tui"), "serve", head_dim_48_model, "--headless", "--port", "0", "--sessions", "0",
+            "--tensor-parallel", "2", "--kv-dtype", "int4"]
+    with subprocess.Popen(args, env=cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="60"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            _, err = proc.communicate(timeout=120)
+            # Looked for before anything is killed: what the launcher left behind (run_cli would kill it).
+            left = [p for p in psutil.process_iter(["environ"]) if "MLX_RANK" in (p.info["environ"] or {})
+                    and p.info["environ"].get("MLXCEL_HOME") == str(mlxcel_home)]
+        finally:
+            kill_group(proc)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, err
+    assert lines[0].startswith("Error: rank 0 exited with status 1") and "int4 KV pages need a head dim" in lines[0]
+    assert "the tensor-parallel run stopped" in lines[0]
+    assert not left, [p.cmdline() for p in left]

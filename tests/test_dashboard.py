@@ -14,7 +14,7 @@ from rich.console import Console
 from textual.geometry import Region
 from textual.widgets import DataTable, Input, Static
 
-from dashboard_helpers import HOST, RECORDING, SIZES, poll_index, replay_app, settle, two_polls
+from dashboard_helpers import HOST, INT8_POOL, RECORDING, SIZES, poll_index, replay_app, settle, two_polls
 from mlxcel.engine.builtin_models import TINY_MODEL_NAME, tiny_model_path
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
@@ -467,6 +467,41 @@ def shown_lines(widget) -> list[str]:
 
 
 @pytest.mark.parametrize("size", ["200x50", "80x24"])
+async def test_an_int8_engine_shows_its_page_format_in_the_header(loaded, size):
+    """A real int8 engine: the pool line names the format, a page's bytes (2 x 4 layers x 16 tokens x 2 KV
+    heads x (64 codes + a 2-byte scale) = 16.5 KiB) and the pages gained over float32's 64 KiB (3.88x);
+    at the model's own dtype it says so. A recording from before these fields shows the pool as before."""
+    for kv_dtype, wide, narrow in (
+            ("int8", "int8 · 16.5 KiB/page (16 tokens) · 3.88x pages vs float32",
+             "int8 · 16.5 KiB/page · 3.9x pages"),
+            (None, "float32 · 64.0 KiB/page (16 tokens) · the model's dtype",
+             "float32 · 64.0 KiB/page · model dtype")):
+        engine = Engine(loaded, EngineConfig(block_size=16, num_blocks=64, kv_dtype=kv_dtype))
+        prompt = synthetic_system_prompt(engine.tokenizer, 96, DEFAULT_SYSTEM_PROMPT)
+        sessions = SessionManager(engine, prompt, list(DEFAULT_QUESTIONS), max_tokens=4)
+        sessions.add(2)
+        engine.run_until_idle(max_steps=3)
+        app = live_app(engine, sessions)
+        async with app.run_test(size=SIZES[size]) as pilot:
+            await settle(pilot)
+            pool_line = shown_lines(app.dashboard.query_one("#header"))[2]
+            live = app.dashboard.frame.snapshot["pool"]["live"]
+        engine.shutdown()
+        assert pool_line.startswith("KV pool ") and live > 0
+        if size == "200x50":
+            assert f"{live}/64 live ({fmt.percent(live, 64)}) · {wide} · " in pool_line
+            assert "/block" not in pool_line and pool_line.endswith(" evictions")   # said once; all of it fits
+        else:   # cut to 80 columns, the format still shown
+            assert f" · {narrow} · " in pool_line and len(pool_line) <= 80
+    old = replay_app()
+    async with old.run_test(size=SIZES[size]) as pilot:
+        await two_polls(pilot)
+        pool_line = shown_lines(old.dashboard.query_one("#header"))[2]
+    assert pool_line.startswith("KV pool ") and "/page" not in pool_line
+    assert ("64.0 KiB/block" in pool_line) == (size == "200x50")
+
+
+@pytest.mark.parametrize("size", ["200x50", "80x24"])
 async def test_a_tensor_parallel_engine_shows_its_ranks_in_the_header(size, tmp_path):
     """The recorded run as a two-rank engine would report it: EngineSnapshot's
     tensor_parallel as to_dict gives it, through the recording format (as the
@@ -537,6 +572,8 @@ async def test_every_size_shows_the_map_rows_the_footer_and_the_cascade_state(si
 
 async def test_fleet_shows_a_row_per_server_and_enter_opens_its_dashboard():
     sources = [ReplaySource(RECORDING, 30), ReplaySource(RECORDING, 130)]
+    for snap, _ in sources[1].polls:   # b as an int8 server reports its pool; a as one from before the format
+        snap["pool"] = {**snap["pool"], **INT8_POOL}
     app = FleetApp(sources, ["http://a:8000", "http://b:8000"], refresh=3600)
     async with app.run_test(size=SIZES["100x30"]) as pilot:
         await settle(pilot)
@@ -544,6 +581,7 @@ async def test_fleet_shows_a_row_per_server_and_enter_opens_its_dashboard():
         assert table.row_count == 2
         a, b = (table.get_row_at(i) for i in range(2))
         assert a[0] == "http://a:8000" and a[3].plain == "ON" and b[3].plain == "OFF"
+        assert a[5].plain.endswith("%)") and b[5].plain.endswith("%) int8")
         assert a[1] == sources[0].polls[30][0]["model"]
         await pilot.press("j", "enter")
         await settle(pilot)

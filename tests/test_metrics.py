@@ -125,6 +125,15 @@ def test_periodic_engine_summary(make_engine, caplog):
     assert len(lines) == 1 and "generation throughput" in lines[0] and "running: 0 reqs" in lines[0]
 
 
+def test_the_pool_is_logged_once_at_start(make_engine, caplog):
+    with caplog.at_level(logging.INFO, logger="mlxcel.stats"):
+        make_engine(num_blocks=16, kv_dtype="int8")
+    lines = [r.getMessage() for r in caplog.records if r.name == "mlxcel.stats"]
+    # 2 x 4 layers x 32 tokens x 2 heads x (64 codes + a 2-byte scale) = 33 KiB; 256 / 66 = 3.88.
+    assert lines == ["KV cache: 16 blocks of 32 tokens, int8 pages of 33.0 KiB (3.88x the pages of float32), "
+                     "0.5 MiB"]
+
+
 def test_the_grafana_dashboard_queries_only_exported_series(served):
     import json
     import re
@@ -158,3 +167,25 @@ def test_a_request_is_counted_before_its_last_event_goes_out(make_engine, max_to
     assert len(seen) == 1
     token, reason, counted = seen[0]
     assert token is not None and reason == "length" and counted == 1
+
+
+@pytest.mark.parametrize("kv_dtype, token_bytes", [(None, 4 * 64), ("int8", 64 + 2), ("int4", 32 + 2 * 2 * 2)])
+def test_the_page_format_its_bytes_and_the_pages_it_gains(make_engine, kv_dtype, token_bytes):
+    """The tiny model (4 layers, 2 KV heads 64 wide, float32): a page of 32
+    tokens is 2 x 4 x 32 x 2 x the bytes of one token and head (int8: codes
+    and a float16 scale; int4: half-byte codes, a float16 scale and zero per
+    32 channels)."""
+    engine = make_engine(num_blocks=16, kv_dtype=kv_dtype)
+    with running_server(engine) as (base, _):
+        families, text = scrape(base)
+        pool = httpx.get(f"{base}/v1/cascade").json()["snapshot"]["pool"]   # what `attach` reads
+    page = 2 * 4 * 32 * 2 * token_bytes
+    assert (pool["kv_dtype"], pool["bytes_per_block"]) == (kv_dtype or "float32", page)
+    assert (pool["model_dtype"], pool["model_dtype_bytes_per_block"]) == ("float32", 2 * 4 * 32 * 2 * 4 * 64)
+    assert value(families, "mlxcel_kv_cache_page_bytes") == page
+    assert value(families, "mlxcel_kv_cache_pages_vs_model_dtype_ratio") == pytest.approx(4 * 64 / token_bytes)
+    for name in ("mlxcel_kv_cache_page_bytes", "mlxcel_kv_cache_pages_vs_model_dtype_ratio"):
+        assert families[name].type == "gauge" and families[name].documentation
+    info = families["mlxcel_engine_info"].samples[0].labels
+    assert info["kv_dtype"] == (kv_dtype or "float32") and info["dtype"] == "float32"
+    assert info["kv_cache_bytes"] == str(16 * page)

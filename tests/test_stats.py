@@ -65,6 +65,25 @@ def test_run_reports_the_storage_figure_and_the_plan(runs):
     assert snap["tokens_per_second"] > 0
 
 
+def test_run_on_int8_pages_says_the_format_its_bytes_and_the_pages_gained(tiny_model_path):
+    """The tiny model (4 layers, 2 KV heads 64 wide, float32) on int8 pages of 32 tokens:
+    2 x 4 x 32 x 2 x (64 codes + a 2-byte scale) bytes a page, 256 / 66 as many pages as float32."""
+    data = stats_json("--kv-dtype", "int8")
+    snap = data["snapshot"]
+    page = 2 * 4 * 32 * 2 * (64 + 2)
+    assert (snap["kv_dtype"], snap["model_dtype"], snap["pool_block_bytes"]) == ("int8", "float32", page)
+    assert snap["model_dtype_block_bytes"] == 2 * 4 * 32 * 2 * 4 * 64
+    assert snap["pages_vs_model_dtype"] == pytest.approx(256 / 66)
+    assert metric(data, "mlxcel_kv_cache_page_bytes") == page
+    assert snap["pool_blocks"] == 2**30 // page   # the default 1 GiB budget bought at int8's price
+    assert any(len(set(s["completions"][0])) > 1 for s in data["sessions"])
+    table = CliRunner().invoke(mlxcel, [*RUN[:-2], "--format", "table", "--kv-dtype", "int8"],
+                               catch_exceptions=False)
+    assert table.exit_code == 0, table.output
+    assert "int8 · 33.0 KiB each, all layers · 3.88x the pages of float32 in the same bytes" in table.stdout
+    assert "mlxcel_kv_cache_pages_vs_model_dtype_ratio" in table.stdout and "3.88x" in table.stdout
+
+
 def test_url_reads_a_live_server(make_engine):
     engine = make_engine(enabled=True)
     engine.submit([5, 6, 7, 8], None)

@@ -163,7 +163,7 @@ def test_a_killed_launcher_takes_its_ranks_with_it(mlxcel_home):
 def test_stats_run_headless_on_two_ranks(mlxcel_home):
     env = cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="120")   # about the output: no fault on a loaded machine
     done = run_cli("mlxcel", ["stats", "--run", "tiny", "--tensor-parallel", "2", "--sessions", "2",
-                              "--max-tokens", "4", "--format", "json"], env, timeout=180)
+                              "--max-tokens", "4", "--format", "json", "--kv-dtype", "int8"], env, timeout=180)
     assert done.returncode == 0, done.stderr
     import json
 
@@ -171,6 +171,12 @@ def test_stats_run_headless_on_two_ranks(mlxcel_home):
     tp = out["snapshot"]["tensor_parallel"]
     assert tp["size"] == 2 and tp["backend"] == "ring" and [r["rank"] for r in tp["ranks"]] == [0, 1]
     assert all(r["kv_heads"] == 1 and r["active_memory_bytes"] > 0 for r in tp["ranks"])
+    # Rank 0's int8 pool format reached rank 1 (PoolFacts): its pool of the same blocks takes as many bytes
+    # (1 GiB by default; float32 pages would take 3.9x that), so the two ranks hold about as much memory.
+    page = 2 * 4 * 32 * 1 * (64 + 2)   # one KV head a rank
+    assert out["snapshot"]["kv_dtype"] == "int8" and out["snapshot"]["pool_block_bytes"] == page
+    active = [r["active_memory_bytes"] for r in tp["ranks"]]
+    assert max(active) < 1.5 * min(active), active
     metrics = {(m["name"], tuple(sorted(m["labels"].items()))): m["value"] for m in out["metrics"]}
     assert all(metrics[("mlxcel_rank_mlx_active_memory_bytes", (("rank", r),))] > 0 for r in ("0", "1"))
     assert metrics[("mlxcel_completion_tokens_total", ())] == 8

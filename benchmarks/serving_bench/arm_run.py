@@ -23,6 +23,7 @@ class ArmRun:
     decode_tokens: int = 0           # tokens those decode steps produced
     peak_memory_bytes: float = math.nan  # mx.get_peak_memory of the arm's process
     kv_peak_bytes: float = math.nan      # KV cache bytes in use at the peak
+    kv_dtype: str = ""                   # the pool's page format as the server reports it ("" unknown)
     launches: LaunchSplit | None = None
 
     @property

@@ -4,7 +4,8 @@ over HTTP at once, as a real OpenAI client would.
 With ``scrape_metrics`` the arm reads /metrics before and after the level (the
 launch-path split, decode-step time, MLX peak memory) and polls it while the
 level runs for the pool's live blocks, whose peak times the block size in
-bytes is the KV memory the level held.
+bytes (the server's: a quantized page's scales included) is the KV memory the
+level held.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ class HttpArm:
         self.scrape_metrics = scrape_metrics
         self.poll_interval = poll_interval
         self.model = httpx.get(f"{self.url}/v1/models", timeout=30).json()["data"][0]["id"]
-        self.bytes_per_block = (httpx.get(f"{self.url}/v1/cascade", timeout=30).json()["snapshot"]["pool"]
-                                ["bytes_per_block"] if scrape_metrics else math.nan)
+        pool = httpx.get(f"{self.url}/v1/cascade", timeout=30).json()["snapshot"]["pool"] if scrape_metrics else {}
+        self.bytes_per_block = pool.get("bytes_per_block", math.nan)
+        self.kv_dtype = pool.get("kv_dtype", "")
 
     def run(self, workload: Workload, rep: int) -> ArmRun:
         return asyncio.run(self._run(workload, rep))
@@ -138,7 +140,7 @@ class HttpArm:
                 await polling
             after = await self._scrape(client)
         run = ArmRun(self.name, workload.concurrency, rep, workload.variant, workload.shared_tokens,
-                     list(records), duration)
+                     list(records), duration, kv_dtype=self.kv_dtype)
         if self.scrape_metrics:
             split = launch_split(before, after)
             run.launches = split

@@ -25,6 +25,7 @@ class ArmFigures:
     decode_throughput: float
     peak_memory_bytes: float
     kv_peak_bytes: float
+    kv_dtype: str                 # the server's page format ("" unknown)
     cascade_share: float          # fraction of decode launches that cascaded; nan without metrics
     mean_cached_tokens: float     # usage.cached_tokens over clients 2..N
 
@@ -38,6 +39,7 @@ class ArmFigures:
             decode_throughput=median_of([r.decode_throughput for r in runs]),
             peak_memory_bytes=max(peaks) if peaks else math.nan,
             kv_peak_bytes=median_of([r.kv_peak_bytes for r in runs]),
+            kv_dtype=runs[0].kv_dtype,
             cascade_share=median_of([r.launches.cascade_share if r.launches else math.nan for r in runs]),
             mean_cached_tokens=median_of([rest_cached_tokens(r) for r in runs]),
         )

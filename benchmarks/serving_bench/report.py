@@ -15,6 +15,19 @@ CASCADE_ONE = "cascade-one-level"   # cascade on, the seed's one subgroup and on
 DECODE_TARGET = 1.5
 TTFT_TARGET = 4.0
 KV_TARGET = 4.0
+# Quantized pages on the CPU (issue 26): (reference format, quantized format) -> (KV memory, decode tok/s).
+KV_DTYPE_TARGETS = {("float32", "int8"): (3.5, 1.0)}
+KV_SEPARATOR = "+"   # an arm on a --kv-dtype of its own: "cascade-off+int8"
+
+
+def arm_name(cascade: str, kv_dtype: str | None) -> str:
+    return cascade if kv_dtype is None else f"{cascade}{KV_SEPARATOR}{kv_dtype}"
+
+
+def split_arm(name: str) -> tuple[str, str | None]:
+    """(cascade arm, --kv-dtype or None) of an arm's name."""
+    cascade, _, kv_dtype = name.partition(KV_SEPARATOR)
+    return cascade, kv_dtype or None
 
 
 def rule(title: str, fill: str) -> str:
@@ -65,6 +78,7 @@ def result_block(title: str, figures: ArmFigures) -> str:
         line("Cached prompt tokens, clients 2..N:", figures.mean_cached_tokens, 0),
         line("Decode launches that cascaded:", figures.cascade_share),
         line("Peak memory (MiB):", mib(figures.peak_memory_bytes), 1),
+        line("KV pages (the server's):", figures.kv_dtype or "n/a"),
         line("KV memory at peak (MiB):", mib(figures.kv_peak_bytes), 1),
         "=" * 50,
     ]
@@ -108,25 +122,54 @@ def ratio(numerator: float, denominator: float) -> float:
 
 
 def our_arm(level: LevelResult) -> str | None:
-    """The arm the mlx-lm baseline is compared with: cascade on, else the one server."""
-    return next((a for a in (CASCADE_ON, SERVER, CASCADE_OFF) if a in level.runs), None)
+    """The arm the mlx-lm baseline is compared with: cascade on, else the one server (the first KV format)."""
+    return next((a for cascade in (CASCADE_ON, SERVER, CASCADE_OFF) for a in level.arms
+                 if split_arm(a)[0] == cascade), None)
+
+
+def kv_dtypes(level: LevelResult) -> list[str | None]:
+    """The --kv-dtype values of the level's arms, in run order."""
+    return list(dict.fromkeys(split_arm(a)[1] for a in level.arms if a != MLX_LM))
+
+
+def kv_dtype_ratios(level: LevelResult) -> list[tuple[str, float, float | None]]:
+    """Each cascade arm on another KV format against it on the first: KV memory, decode and output tok/s."""
+    out = []
+    formats = kv_dtypes(level)
+    for cascade in dict.fromkeys(split_arm(a)[0] for a in level.arms if a != MLX_LM):
+        reference = arm_name(cascade, formats[0])
+        for kv_dtype in formats[1:]:
+            other = arm_name(cascade, kv_dtype)
+            if reference not in level.runs or other not in level.runs:
+                continue
+            ref, quant = level.figures(reference), level.figures(other)
+            memory, decode = KV_DTYPE_TARGETS.get((ref.kv_dtype, quant.kv_dtype), (None, None))
+            out.append((f"KV memory {reference} / {other}", ratio(ref.kv_peak_bytes, quant.kv_peak_bytes), memory))
+            out.append((f"decode tok/s {other} / {reference}",
+                        ratio(quant.decode_throughput, ref.decode_throughput), decode))
+            out.append((f"output tok/s {other} / {reference}",
+                        ratio(quant.summary.output_throughput, ref.summary.output_throughput), None))
+    return out
 
 
 def level_ratios(level: LevelResult) -> list[tuple[str, float, float | None]]:
     """(what, ratio, target or None) for the pairs this level has."""
     out = []
-    if CASCADE_ON in level.runs and CASCADE_OFF in level.runs:
-        on, off = level.figures(CASCADE_ON), level.figures(CASCADE_OFF)
-        out.append(("decode tok/s cascade-on / cascade-off",
-                    ratio(on.decode_throughput, off.decode_throughput), DECODE_TARGET))
-        out.append(("output tok/s cascade-on / cascade-off",
-                    ratio(on.summary.output_throughput, off.summary.output_throughput), None))
-        out.append(("mean TPOT cascade-off / cascade-on",
-                    ratio(off.summary.tpot_mean_ms, on.summary.tpot_mean_ms), None))
-    if CASCADE_ON in level.runs and CASCADE_ONE in level.runs:
-        on, one = level.figures(CASCADE_ON), level.figures(CASCADE_ONE)
-        out.append((f"decode tok/s cascade-on (nested) / {CASCADE_ONE}",
-                    ratio(on.decode_throughput, one.decode_throughput), None))
+    for kv_dtype in kv_dtypes(level):
+        on_name, off_name, one_name = (arm_name(a, kv_dtype) for a in (CASCADE_ON, CASCADE_OFF, CASCADE_ONE))
+        if on_name in level.runs and off_name in level.runs:
+            on, off = level.figures(on_name), level.figures(off_name)
+            out.append((f"decode tok/s {on_name} / {off_name}",
+                        ratio(on.decode_throughput, off.decode_throughput), DECODE_TARGET))
+            out.append((f"output tok/s {on_name} / {off_name}",
+                        ratio(on.summary.output_throughput, off.summary.output_throughput), None))
+            out.append((f"mean TPOT {off_name} / {on_name}",
+                        ratio(off.summary.tpot_mean_ms, on.summary.tpot_mean_ms), None))
+        if on_name in level.runs and one_name in level.runs:
+            on, one = level.figures(on_name), level.figures(one_name)
+            out.append((f"decode tok/s {on_name} (nested) / {one_name}",
+                        ratio(on.decode_throughput, one.decode_throughput), None))
+    out += kv_dtype_ratios(level)
     ours = our_arm(level)
     if MLX_LM in level.runs and ours is not None:
         base, us = level.figures(MLX_LM), level.figures(ours)

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..frame import Frame
+from ..frame import Frame, page_gain
 from . import format as fmt
 
 WIDE = 140  # columns from which the long form of each line fits
@@ -48,6 +48,23 @@ def sequences_line(snap: dict) -> Text:
     return Text.assemble(*parts)
 
 
+def kv_format(pool: dict, wide: bool) -> str | None:
+    """The pages' format, bytes and the pages it gains over the model's own
+    dtype ("int8 · 33.0 KiB/page · 1.9x pages"; wide, with the page's tokens
+    and the dtype compared with); None for a snapshot that does not say (a
+    server from before quantized pages)."""
+    gain = page_gain(pool)
+    if not pool.get("kv_dtype") or gain is None:
+        return None
+    page = f"{fmt.size(pool['bytes_per_block'])}/page"
+    if not wide:
+        versus = "model dtype" if pool["kv_dtype"] == pool["model_dtype"] else f"{gain:.1f}x pages"
+        return f"{pool['kv_dtype']} · {page} · {versus}"
+    versus = "the model's dtype" if pool["kv_dtype"] == pool["model_dtype"] else \
+        f"{gain:.2f}x pages vs {pool['model_dtype']}"
+    return f"{pool['kv_dtype']} · {page} ({pool['block_size']} tokens) · {versus}"
+
+
 def tensor_parallel_line(view: dict, wide: bool) -> Text:
     """The ranks, their backend, each rank's pool and MLX memory. Every rank's
     pool has the same blocks and Hkv/N heads (Ranks.share_pool): they show once."""
@@ -83,16 +100,20 @@ class HeaderPanel(Widget):
                               " ", state, f" step {fmt.count(snap['step'])} · {where}")
         pool = snap["pool"]
         used = pool["live"] + pool["reusable"]
+        kv = kv_format(pool, wide)
         pool_line = Text.assemble(
             ("KV pool ", "bold"), usage_bar(used, pool["num_blocks"], 12 if wide else 8),
-            f" {pool['live']}/{pool['num_blocks']} live ({fmt.percent(pool['live'], pool['num_blocks'])})"
+            f" {pool['live']}/{pool['num_blocks']} live ({fmt.percent(pool['live'], pool['num_blocks'])})",
+            *((" · ", (kv, "bold")) if kv else ()),
             f" · {pool['shared']} shared · {pool['reusable']} reusable")
         cache = snap["prefix_cache"]
         pool_line.append(f" · prefix cache {cache['hits']}/{cache['queries']} hits")
         if wide:
-            pool_line.append(f" · {pool['free']} free · {pool['block_size']} tokens/block"
-                             f" · {fmt.size(pool['bytes_per_block'])}/block · "
-                             f"{fmt.count(cache['prefix_tokens_reused'])} tokens reused · {cache['evictions']} evictions")
+            pool_line.append(f" · {pool['free']} free" +
+                             ("" if kv else f" · {pool['block_size']} tokens/block"
+                                            f" · {fmt.size(pool['bytes_per_block'])}/block") +
+                             f" · {fmt.count(cache['prefix_tokens_reused'])} tokens reused · "
+                             f"{cache['evictions']} evictions")
         cpu = "n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"
         host_line = Text.assemble(
             ("process ", "bold"), f"RSS {fmt.size(host.rss_bytes)} · CPU {cpu} · ",
