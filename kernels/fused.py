@@ -57,6 +57,9 @@ STATE_EXTRA_FLOATS = 3
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
+# Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
+QUANTIZED_PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "k_scales", "v_scales", "k_zeros", "v_zeros", "indices",
+                            "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 # The cascade merge takes the private states and up to MAX_DEPTH levels' (unused ones: a placeholder).
 MAX_DEPTH = 4

@@ -28,7 +28,8 @@ using Shape = cuda::std::array<int32_t, 10>;
 }
 """
 
-CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t", "int8": "int8_t",
+              "uint8": "uint8_t"}
 
 
 def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str, str]],

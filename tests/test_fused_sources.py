@@ -40,15 +40,24 @@ def block_registers(registers: int, warps: int = 4) -> int:
     return warps * -(-32 * registers // 256) * 256
 
 
-def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
+# A quantized format's name -> its codes' dtype name.
+CODE_DTYPES = {"int8": "int8", "int4": "uint8"}
+
+
+def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32,
+                 q_dtype: str = "float32") -> str:
+    """The partial kernel's unit for a float pool (its dtype's name) or a quantized one ("int8", "int4")."""
     p = cuda.KERNELS.platform
+    element = CODE_DTYPES.get(pool, pool)
+    names = fused.QUANTIZED_PARTIAL_INPUTS if pool in CODE_DTYPES else fused.PARTIAL_INPUTS
+    dtypes = {"q": q_dtype, "k_pool": element, "v_pool": element}
     return translation_unit(
-        "partial", cuda.LIBRARY, cuda.PARTIAL_CALL,
-        [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
-         ("tiles", "int32"), ("members", "int32")],
+        "partial", cuda.LIBRARY, cuda.QUANTIZED_PARTIAL_CALL if pool in CODE_DTYPES else cuda.PARTIAL_CALL,
+        [(name, dtypes.get(name, "float16" if name.endswith(("scales", "zeros")) else "int32")) for name in names],
         [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", "float32"), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m), ("STACKED", stacked),
-         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+        [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
+         ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def resources(report: str) -> tuple[int, int]:
