@@ -15,6 +15,19 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
      float32 accumulators); B operands come from shared memory through
      ldmatrix (transposed for V). Every K/V element is loaded from memory once
      per block and reused by all of its warps' heads.
+
+  Quantized pages (int8, int4) keep that pipeline for their codes: cp.async
+  stages the code rows and each token's scales (and zeros) as the pool holds
+  them, and ldmatrix reads code bytes into registers where they become
+  float16 operands on their way to the mma (int8 keys stay exact codes, the
+  token's scale multiplying its scores; int8 values and int4 keys and values
+  are dequantized, rounded once to float16). The k order of a fragment's
+  codes (and so q's, loaded to match) and the column order of the value
+  tiles follow the bytes ldmatrix hands each lane. Converting a chunk to
+  16-bit rows in shared memory instead would cost a pass and a barrier a chunk
+  and more shared-memory traffic per token than the bytes it saves (int4 1.3
+  KB a token and head, against 0.3 KB read in place), and holding the next
+  chunk's codes in registers 32 more registers a lane.
   4. Online softmax per 32-token step, in registers (FlashAttention-2 style:
      the S accumulators are repacked as the A operand of the P V product);
      masks only in steps at a row's ends, rescales only when a row's max
@@ -916,12 +929,13 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
                                header=f'#include "{library_file(header)}"\n', shared_memory=shared_bytes)
 
 
-# 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
+# 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128 (int8
+# codes 37 KB, int4 24 KB; either's states after the loop 33 KB), three
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2))
+                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).
