@@ -12,7 +12,10 @@ shares every weight it does not fuse (``on_pool``); mlx-lm's arm and the
 teacher-forced scores use the stock one. ``concurrency`` prompts share a
 ``shared``-token prefix and differ in a short suffix; every request
 generates ``new_tokens`` greedy tokens (EOS ignored). The engine arms run
-twice, in the order cascade, flat, flat, cascade, so drift shows.
+twice, in the order cascade, flat, flat, cascade, so drift shows; with
+``--kv-dtypes bfloat16,int8`` every KV page format gets both arms (ABBA over
+all of them), and ``--fit-private N`` counts the sessions of N own tokens
+each format's pool holds in the memory the weights leave.
 
 Decode throughput counts full-batch decode steps only: steps in which every
 one of the ``concurrency`` requests got a token (both schedulers interleave
@@ -81,14 +84,14 @@ def random_models(model_dir: Path, layers: int) -> tuple[nn.Module, LoadedModel]
 
 
 def make_engine(loaded: LoadedModel, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
-                shared: int) -> Engine:
+                shared: int, kv_dtype: str | None = None) -> Engine:
     # The pool holds the shared prefix once (the prefix cache adopts it) plus
     # every request's own pages; sizing it for unshared prompts would take
     # ~40 GB per engine at 32 x 8K on this model and starve the mlx-lm arm.
     own = max(len(p) - shared for p in batch) + new_tokens
     pages = shared // block_size + len(batch) * (-(-own // block_size) + 1)
     return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages + 64, max_running=len(batch),
-                                       max_batched_tokens=2048),
+                                       max_batched_tokens=2048, kv_dtype=kv_dtype),
                   cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
 
 
@@ -123,18 +126,48 @@ def run_engine(engine: Engine, batch: list[list[int]], new_tokens: int, each_ste
 
 
 def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
-               shared: int) -> dict:
-    engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared)
+               shared: int, kv_dtype: str | None = None) -> dict:
+    engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype)
     result = run_engine(engine, batch, new_tokens)
     release(engine)
     return result
 
 
-def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int) -> None:
+def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
+            kv_dtypes: tuple[str | None, ...] = (None,)) -> None:
     """A few tokens through each path first, so that no measured read pays for compiling its kernels (NVRTC
     builds each template instance on its first launch: seconds at this shape)."""
-    for cascade in (True, False):
-        engine_arm(loaded, batch, 4, cascade, block_size, shared)
+    for kv_dtype in kv_dtypes:
+        for cascade in (True, False):
+            engine_arm(loaded, batch, 4, cascade, block_size, shared, kv_dtype)
+
+
+def arm_order(kv_dtypes: list[str]) -> list[tuple[str, bool, str]]:
+    """(name, cascade, kv dtype) of each measured read: cascade and flat of every KV dtype, then the same
+    reversed (ABBA), so drift over the run shows. The first KV dtype's arms keep the plain names."""
+    first = [(f"{arm}{'' if kv == kv_dtypes[0] else '_' + kv}", arm == "cascade", kv)
+             for kv in kv_dtypes for arm in ("cascade", "flat")]
+    return first + [(f"{name}_2", cascade, kv) for name, cascade, kv in reversed(first)]
+
+
+def sessions_that_fit(loaded: LoadedModel, kv_dtype: str, private: int, new_tokens: int, block_size: int,
+                      headroom: float) -> dict:
+    """How many sessions of ``private`` own tokens (plus their new ones) the GPU's memory holds in a pool of
+    this KV dtype: the pool allocated from the bytes left after the weights and ``headroom`` of the device
+    (activations, MLX's buffers), then its pages divided by a session's."""
+    mx.clear_cache()
+    info = mx.device_info()
+    total = info.get("total_memory") or info["memory_size"]     # CUDA's name, Metal's
+    budget = int(total * (1 - headroom)) - mx.get_active_memory()
+    engine = Engine(loaded, EngineConfig(block_size=block_size, pool_bytes=budget, kv_dtype=kv_dtype))
+    pool = engine.pool
+    allocated = sum(part.nbytes for layer in (*pool.keys, *pool.values)
+                    for part in (layer if isinstance(layer, tuple) else (layer,)) if part is not None)
+    per_session = -(-(private + new_tokens) // block_size)
+    result = {"pool_blocks": pool.num_blocks, "pool_gb": allocated / 1e9, "page_bytes": pool.geometry.bytes_per_block,
+              "pages_per_session": per_session, "sessions": pool.num_blocks // per_session}
+    release(engine)
+    return result
 
 
 def release(engine: Engine) -> None:
@@ -218,6 +251,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--skip-mlx-lm", action="store_true")
+    parser.add_argument("--kv-dtypes", default="bfloat16",
+                        help="comma-separated KV page formats to run the engine arms on (bfloat16, int8, int4)")
+    parser.add_argument("--fit-private", type=int, default=0,
+                        help="also count the sessions of this many own tokens each KV dtype's pool holds")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),
@@ -232,17 +269,25 @@ def main() -> None:
     batch = prompts(args.concurrency, args.shared, args.suffix)
     print(json.dumps({"model_build_s": report["model_build_s"]}), flush=True)
 
-    warm_up(loaded, batch, args.block_size, args.shared)
+    kv_dtypes = args.kv_dtypes.split(",")
+    if args.fit_private:
+        report["fit"] = {kv: sessions_that_fit(loaded, kv, args.fit_private, args.new_tokens, args.block_size, 0.1)
+                         for kv in kv_dtypes}
+        print("fit", json.dumps(report["fit"]), flush=True)
+        save()
+    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes))
     arms = {}
-    for name in ("cascade", "flat", "flat", "cascade"):
-        result = engine_arm(loaded, batch, args.new_tokens, name == "cascade", args.block_size, args.shared)
-        key = name if name not in arms else f"{name}_2"
+    for key, cascade, kv_dtype in arm_order(kv_dtypes):
+        result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype)
         arms[key] = result
-        report[key] = {k: v for k, v in result.items() if k != "tokens"}
+        report[key] = {"kv_dtype": kv_dtype, **{k: v for k, v in result.items() if k != "tokens"}}
         print(key, json.dumps(report[key]), flush=True)
         save()
     report["cascade_vs_flat_tokens"] = agreement(arms["cascade"]["tokens"], arms["flat"]["tokens"])
-    report["reads_agree"] = {name: arms[name]["tokens"] == arms[f"{name}_2"]["tokens"] for name in ("cascade", "flat")}
+    for kv in kv_dtypes[1:]:
+        report[f"{kv}_vs_{kv_dtypes[0]}_flat_tokens"] = agreement(arms[f"flat_{kv}"]["tokens"], arms["flat"]["tokens"])
+    report["reads_agree"] = {name: arms[name]["tokens"] == arms[f"{name}_2"]["tokens"]
+                             for name in arms if not name.endswith("_2")}
     if not args.skip_mlx_lm:
         arms["mlx_lm"] = mlx_lm_arm(stock, batch, args.new_tokens)
         report["mlx_lm"] = {k: v for k, v in arms["mlx_lm"].items() if k != "tokens"}
@@ -266,12 +311,12 @@ def markdown(report: dict) -> str:
     def ms(value):
         return "" if value is None else f"{value:.2f}"
 
-    arms = [name for name in ("cascade", "flat", "flat_2", "cascade_2", "mlx_lm") if name in report]
+    arms = [name for name in report if isinstance(report[name], dict) and "decode_tokens_per_s" in report[name]]
     rows = [f"| {name} | {report[name]['decode_tokens_per_s']:.0f} | {report[name]['median_step_ms']:.2f} "
             f"| {ms(report[name].get('median_host_ms'))} | {ms(report[name].get('median_device_ms'))} "
             f"| {report[name]['full_decode_steps']} | {report[name]['total_s']:.1f} "
             f"| {report[name]['peak_memory_gb']:.1f} |" for name in arms]
-    checks = {k: report[k] for k in report if k.endswith("_tokens") or k in ("reads_agree", "teacher_forced")}
+    checks = {k: report[k] for k in report if k.endswith("_tokens") or k in ("reads_agree", "teacher_forced", "fit")}
     return ("| arm | decode tok/s | median step ms | host ms | device ms | steps | total s | peak GB |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n```\n"
             + json.dumps(checks, indent=1) + "\n```\n")

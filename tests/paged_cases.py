@@ -26,7 +26,8 @@ ATOL = 2e-5
 # ~3 then carry errors of a few 1e-3 (bf16) or ~1e-3 (f16); these bounds sit
 # several times above that and below the O(0.1) errors of a wrong mask, head
 # mapping or merge.
-FUSED_ATOL = {mx.bfloat16: 3e-2, mx.float16: 1e-2}
+# Quantized pages (int8 codes, int4's uint8) are dequantized into float16 operands.
+FUSED_ATOL = {mx.bfloat16: 3e-2, mx.float16: 1e-2, mx.int8: 1e-2, mx.uint8: 1e-2}
 
 
 class OutcomeRecorder(EngineMetrics):
