@@ -117,6 +117,16 @@ def test_half_precision_queries(rng, record_property, q_dtype, pool):
     check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, pool)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 3])
+@pytest.mark.parametrize("fmt", QUANTIZED)
+def test_quantized_pools_of_an_odd_kv_head_count(rng, record_property, fmt, kv_heads):
+    # An int8 row's scale is staged as the aligned pair of rows holding it;
+    # with an odd KV head count its half alternates from token to token.
+    case = mixed_batch(rng, block_size=16, kv_heads=kv_heads, group=4, head_dim=128, dtype=fmt)
+    o, lse = run_partial(case)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, fmt)
+
+
 @pytest.mark.parametrize("block_size", [16, 32])
 @pytest.mark.parametrize("dtype", POOLS)
 def test_long_rows_are_split_into_tiles_and_merged(rng, record_property, dtype, block_size):
