@@ -14,6 +14,14 @@ then roped in float32: the half-split layout pairs lane l with lane l ^ 16,
 the traditional one pairs neighbours inside a lane. The angle is reduced
 modulo 2 pi before sincosf so that positions of long contexts keep their
 accuracy whatever math flags the compiler gets.
+
+Into a quantized pool (kv_quant's int8 or int4 pages) the k head (as roped,
+rounded to the dtype) and the v head are quantized as they are stored,
+exactly as ``kv_quant.quantize`` does: int8 takes the head's max |x| across
+the warp, int4 each 32-channel group's min and max across its 32 / (D/32)
+lanes (so int4 needs D/32 even and dividing 32: D of 64, 128 or 256); the
+divisions are IEEE (``__fdiv_rn``) so that no math flag moves a code. Float
+pools compile to the same code as without quantization (a template branch).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import mlx.core as mx
 
 from .cuda import make_kernel
 from .fused import compact_source
+from .kv_quant import Pages, QuantizedPages
 from .layer_ops import ComposedOps, HeadSplit, PoolSlots
 
 THREADS = 256
@@ -84,12 +93,96 @@ __device__ __forceinline__ float reduce_angle(float x) {
   return fmaf(-k, 1.9353071795864769e-3f, fmaf(-k, 6.28125f, x));
 }
 
+// One layer's pool of keys (or values) as the store writes it (kv_quant's layouts): float elements
+// (QUANT 0, codes only), int8 codes and float16 scales (QUANT 8), packed int4 codes, scales, zeros (QUANT 4).
+template <typename TP>
+struct Pool {
+  const TP* codes;
+  const __half* scales;
+  const __half* zeros;
+};
+
+// N bytes at dst (N-aligned): one store where N is 2, 4 or 8.
+template <int N>
+__device__ __forceinline__ void store_bytes(uint8_t* dst, const uint32_t (&b)[N]) {
+  if constexpr (N == 8) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24,
+                                                b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+  } else if constexpr (N == 4) {
+    *reinterpret_cast<uint32_t*>(dst) = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24;
+  } else if constexpr (N == 2) {
+    *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(b[0] | b[1] << 8);
+  } else {
+    #pragma unroll
+    for (int k = 0; k < N; ++k) dst[k] = static_cast<uint8_t>(b[k]);
+  }
+}
+
+// round(x / step) clipped to [lo, hi], as kv_quant.quantize computes it: an IEEE division (__fdiv_rn: the
+// same under any math flags), round half to even (rintf), a scale that is not positive dividing by 1.
+__device__ __forceinline__ uint32_t code(float x, float step, float lo, float hi) {
+  const float c = fminf(fmaxf(rintf(__fdiv_rn(x, step > 0.f ? step : 1.f)), lo), hi);
+  return static_cast<uint32_t>(static_cast<int>(c)) & 0xffu;
+}
+
+// One (row, KV head)'s K or V, D/32 channels a lane in x, quantized into its pool slot (slot_head =
+// slot * HKV + kv_head) as kv_quant.quantize does, in float32: int8 over the head (a warp max), int4 over
+// each 32 channels (the min and max across the group's lanes).
+template <int QUANT, int D, typename TP>
+__device__ __forceinline__ void store_quantized(const Pool<TP>& pool, size_t slot_head, int lane,
+                                                const float (&x)[D / 32]) {
+  constexpr int VEC = D / 32;
+  uint8_t* codes = reinterpret_cast<uint8_t*>(const_cast<TP*>(pool.codes));
+  __half* scales = const_cast<__half*>(pool.scales);
+  if constexpr (QUANT == 8) {
+    float amax = 0.f;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) amax = fmaxf(amax, fabsf(x[k]));
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const __half scale = __float2half_rn(__fdiv_rn(amax, 127.f));
+    const float step = __half2float(scale);
+    uint32_t bytes[VEC];
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) bytes[k] = code(x[k], step, -127.f, 127.f);
+    store_bytes(codes + slot_head * D + lane * VEC, bytes);
+    if (lane == 0) scales[slot_head] = scale;
+  } else {
+    static_assert(QUANT == 4 && VEC % 2 == 0 && 32 % VEC == 0, "int4: whole bytes a lane, whole lanes a group");
+    constexpr int LANES = 32 / VEC;                    // a group's lanes: aligned, so xor offsets stay inside
+    float lo = x[0], hi = x[0];
+    #pragma unroll
+    for (int k = 1; k < VEC; ++k) lo = fminf(lo, x[k]), hi = fmaxf(hi, x[k]);
+    #pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) {
+      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    const __half zero = __float2half_rn(lo);
+    const float z = __half2float(zero);
+    const __half scale = __float2half_rn(__fdiv_rn(hi - z, 15.f));
+    const float step = __half2float(scale);
+    uint32_t bytes[VEC / 2];
+    #pragma unroll
+    for (int k = 0; k < VEC; k += 2) {                 // channel 2i in the low nibble
+      bytes[k / 2] = code(x[k] - z, step, 0.f, 15.f) | code(x[k + 1] - z, step, 0.f, 15.f) << 4;
+    }
+    store_bytes(codes + slot_head * (D / 2) + lane * (VEC / 2), bytes);
+    if (lane % LANES == 0) {
+      const size_t group = slot_head * (D / 32) + lane / LANES;
+      scales[group] = scale;
+      const_cast<__half*>(pool.zeros)[group] = zero;
+    }
+  }
+}
+
 template <typename T, typename TW, typename TP, int D, int HQ, int HKV, bool NORM, bool TRADITIONAL, bool STORE,
-          int BLOCK, int EPS_BITS, int SCALE_BITS, typename S>
+          int QUANT, int BLOCK, int EPS_BITS, int SCALE_BITS, typename S>
 __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, const TW* q_weight,
                                             const TW* k_weight, const int32_t* positions, const float* inv_freq,
                                             const int32_t* slot_blocks, const int32_t* slot_offsets,
-                                            const TP* k_pool, const TP* v_pool, T* q_out, TP* k_out, TP* v_out) {
+                                            const Pool<TP> k_pool, const Pool<TP> v_pool, T* q_out, TP* k_out,
+                                            TP* v_out) {
   constexpr int VEC = D / 32;
   constexpr int HEADS = HQ + 2 * HKV;
   const int rows = qkv_shape[0];
@@ -100,16 +193,26 @@ __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, co
   const T* src = qkv + item * D + lane * VEC;
   const bool is_q = head < HQ, is_v = head >= HQ + HKV;
   const int kv_head = is_v ? head - HQ - HKV : head - HQ;
-  // K and V rows: the pool's slot (the pool is written in place: see layer_ops) or the k/v outputs.
+  // K and V rows: the pool's slot (the pool is written in place: see layer_ops) or the k/v outputs; a
+  // quantized pool's slot (slot_head) is addressed by store_quantized.
   TP* kv_dst = nullptr;
+  size_t slot_head = 0;
   if (!is_q) {
-    TP* base = STORE ? const_cast<TP*>(is_v ? v_pool : k_pool) : (is_v ? v_out : k_out);
+    TP* base = STORE ? const_cast<TP*>(is_v ? v_pool.codes : k_pool.codes) : (is_v ? v_out : k_out);
     const size_t slot = STORE ? size_t(slot_blocks[row]) * BLOCK + slot_offsets[row] : size_t(row);
-    kv_dst = base + (slot * HKV + kv_head) * D + lane * VEC;
+    slot_head = slot * HKV + kv_head;
+    if constexpr (QUANT == 0) kv_dst = base + slot_head * D + lane * VEC;
   }
   if (is_v) {
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) kv_dst[k] = static_cast<TP>(static_cast<float>(src[k]));
+    if constexpr (QUANT != 0) {
+      float x[VEC];
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) x[k] = static_cast<float>(src[k]);
+      store_quantized<QUANT, D>(v_pool, slot_head, lane, x);
+    } else {
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) kv_dst[k] = static_cast<TP>(static_cast<float>(src[k]));
+    }
     return;
   }
   float x[VEC];
@@ -148,6 +251,11 @@ __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, co
     T* dst = q_out + (size_t(row) * HQ + head) * D + lane * VEC;
     #pragma unroll
     for (int k = 0; k < VEC; ++k) dst[k] = static_cast<T>(y[k]);
+  } else if constexpr (QUANT != 0) {
+    // Quantized from the rope's output in the activations' dtype, as the composed store quantizes it.
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) y[k] = static_cast<float>(static_cast<T>(y[k]));
+    store_quantized<QUANT, D>(k_pool, slot_head, lane, y);
   } else {
     // Rounded to the activations' dtype first, as the rope's output is before the pool's cast.
     #pragma unroll
@@ -160,14 +268,45 @@ __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, co
 
 ADD_RMS_NORM_CALL = ("mlxcel_layer::add_rms_norm<T, TW, THREADS, PER, EPS_BITS>(residual, residual_shape, delta, "
                      "weight, out_sum, out_norm);")
-SPLIT_HEADS_CALL = ("mlxcel_layer::split_heads<T, TW, T, D, HQ, HKV, NORM, TRADITIONAL, false, 1, EPS_BITS, "
-                    "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, (const int32_t*)nullptr, "
-                    "(const int32_t*)nullptr, (const T*)nullptr, (const T*)nullptr, q_out, k_out, v_out);")
-SPLIT_HEADS_STORE_CALL = ("mlxcel_layer::split_heads<T, TW, TP, D, HQ, HKV, NORM, TRADITIONAL, true, BLOCK, EPS_BITS, "
-                          "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, slot_blocks, "
-                          "slot_offsets, k_pool, v_pool, q_out, (TP*)nullptr, (TP*)nullptr);")
 SPLIT_INPUTS = ["qkv", "q_weight", "k_weight", "positions", "inv_freq"]
-STORE_INPUTS = SPLIT_INPUTS + ["slot_blocks", "slot_offsets", "k_pool", "v_pool"]
+
+
+def split_heads_call(quant: int | None) -> str:
+    """The kernel's call: k and v to outputs (``quant`` None), or stored into
+    float pools (0) or int8 (8) or int4 (4) pages."""
+    def pool(side: str) -> str:
+        if quant is None:
+            return "mlxcel_layer::Pool<T>{nullptr, nullptr, nullptr}"
+        if quant == 0:
+            return f"mlxcel_layer::Pool<TP>{{{side}_pool, nullptr, nullptr}}"
+        zeros = f"{side}_zeros" if quant == 4 else "nullptr"
+        return f"mlxcel_layer::Pool<TP>{{{side}_codes, {side}_scales, {zeros}}}"
+
+    if quant is None:
+        return ("mlxcel_layer::split_heads<T, TW, T, D, HQ, HKV, NORM, TRADITIONAL, false, 0, 1, EPS_BITS, "
+                "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, (const int32_t*)nullptr, "
+                f"(const int32_t*)nullptr, {pool('k')}, {pool('v')}, q_out, k_out, v_out);")
+    return (f"mlxcel_layer::split_heads<T, TW, TP, D, HQ, HKV, NORM, TRADITIONAL, true, {quant}, BLOCK, EPS_BITS, "
+            "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, slot_blocks, slot_offsets, "
+            f"{pool('k')}, {pool('v')}, q_out, (TP*)nullptr, (TP*)nullptr);")
+
+
+def store_inputs(quant: int) -> list[str]:
+    """The store kernel's inputs: the split's, the slots, then each pool's parts (``split_heads_call``'s names)."""
+    parts = {0: ["pool"], 8: ["codes", "scales"], 4: ["codes", "scales", "zeros"]}[quant]
+    return SPLIT_INPUTS + ["slot_blocks", "slot_offsets"] + [f"{side}_{part}" for side in "kv" for part in parts]
+
+
+def pool_store(pool: Pages, head_dim: int) -> int | None:
+    """The store kernel's QUANT for this pool: 0 (float elements), 8 or 4
+    (kv_quant's int8 or int4 pages), or None where it cannot store them (the
+    composed store does)."""
+    if not isinstance(pool, QuantizedPages):
+        return 0 if pool.dtype in ELEMENT_DTYPES else None
+    fmt, per_lane = pool.format, head_dim // 32
+    if fmt.affine and (fmt.group != 32 or per_lane % 2 or 32 % per_lane):   # whole bytes a lane, lanes a group
+        return None
+    return fmt.bits
 
 
 @functools.cache   # a model has a few such constants, asked for by every layer of every step
@@ -218,8 +357,10 @@ class CudaOps(ComposedOps):
                     slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
         d = heads.head_dim
         if (heads.frequencies is None or qkv.dtype not in ELEMENT_DTYPES or d % 32 or d > MAX_HEAD_DIM
-                or (heads.frequencies[2] and d % 64)                   # traditional pairs stay inside a lane
-                or (slots is not None and slots.keys.dtype not in ELEMENT_DTYPES)):
+                or (heads.frequencies[2] and d % 64)):                 # traditional pairs stay inside a lane
+            return super().split_heads(heads, qkv, positions, slots)
+        quant = None if slots is None else pool_store(slots.keys, d)
+        if slots is not None and quant is None:
             return super().split_heads(heads, qkv, positions, slots)
         inv_freq, position_scale, traditional = heads.frequencies
         rows, hq, hkv = qkv.shape[0], heads.n_heads, heads.n_kv_heads
@@ -232,12 +373,14 @@ class CudaOps(ComposedOps):
         inputs = [qkv.reshape(rows, -1), *weights, positions.astype(mx.int32), inv_freq]
         launch = dict(grid=(-(-rows * (hq + 2 * hkv) // 4) * 128, 1, 1), threadgroup=(128, 1, 1))
         if slots is None:
-            q, k, v = self._kernel("split_heads", SPLIT_INPUTS, ["q_out", "k_out", "v_out"], SPLIT_HEADS_CALL)(
+            q, k, v = self._kernel("split_heads", SPLIT_INPUTS, ["q_out", "k_out", "v_out"], split_heads_call(None))(
                 inputs=inputs, template=template, output_shapes=[(rows, hq, d), (rows, hkv, d), (rows, hkv, d)],
                 output_dtypes=[qkv.dtype] * 3, **launch)
             return q, k, v
-        q, = self._kernel("split_heads_store", STORE_INPUTS, ["q_out"], SPLIT_HEADS_STORE_CALL)(
-            inputs=inputs + [slots.blocks, slots.offsets, slots.keys, slots.values],
+        pools = [slots.keys, slots.values] if quant == 0 else [part for pages in (slots.keys, slots.values)
+                                                                for part in pages if part is not None]
+        q, = self._kernel(f"split_heads_store{quant}", store_inputs(quant), ["q_out"], split_heads_call(quant))(
+            inputs=inputs + [slots.blocks, slots.offsets, *pools],
             template=template + [("TP", slots.keys.dtype), ("BLOCK", slots.keys.shape[1])],
             output_shapes=[(rows, hq, d)], output_dtypes=[qkv.dtype], **launch)
         return q, None, None

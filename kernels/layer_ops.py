@@ -9,7 +9,9 @@ so the ops around the matmuls and the attention are fused:
 - ``split_heads``: the fused q/k/v projection's output split into heads, q
   and k RMS-normalized per head (Qwen3) and roped at each row's position
   (``HeadSplit``), and k and v stored into the pool's slots (up to eight
-  launches: two norms, two ropes, two copies, two pool scatters).
+  launches: two norms, two ropes, two copies, two pool scatters; a quantized
+  pool's store is kv_quant's quantizer and three scatters each for k and v,
+  which the kernel does as it stores, quantizing as ``kv_quant.quantize``).
 
 The pool store matters beyond its launches: MLX's scatter writes in place
 only when nothing else holds the pool array, and the previous step's kernels
@@ -35,16 +37,19 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from .kv_quant import Pages
+
 LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
 
 
 @dataclass(frozen=True)
 class PoolSlots:
-    """Where a step's new K/V rows go: one layer's pool arrays
-    ``[num_blocks, block_size, Hkv, D]`` and each row's (block, offset)."""
+    """Where a step's new K/V rows go: one layer's keys and values (float
+    arrays ``[num_blocks, block_size, Hkv, D]`` or ``QuantizedPages`` of that
+    logical shape) and each row's (block, offset)."""
 
-    keys: mx.array
-    values: mx.array
+    keys: Pages
+    values: Pages
     blocks: mx.array    # [T] int32
     offsets: mx.array   # [T] int32
 

@@ -11,6 +11,7 @@ anything else MLX might define fails here as it would on the GPU.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,8 +29,8 @@ using Shape = cuda::std::array<int32_t, 10>;
 }
 """
 
-CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t", "int8": "int8_t",
-              "uint8": "uint8_t"}
+CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t",
+              "int8": "int8_t", "uint8": "uint8_t"}
 
 
 def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str, str]],
@@ -71,3 +72,10 @@ def compile_unit(text: str, workdir: Path, arch: str = "sm_90") -> str:
     if result.returncode:
         raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
     return result.stderr
+
+
+def resources(report: str) -> tuple[int, int]:
+    """(registers a lane, bytes spilled) from ptxas's report."""
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill", report))
+    return registers, spills

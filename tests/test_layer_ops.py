@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 from mlx_lm.models.rope_utils import Llama3RoPE
 
+from mlxcel.kernels.kv_quant import FORMATS, KVQuant, QuantizedPages, quantize
 from mlxcel.kernels.layer_ops import COMPOSED, HeadSplit, PoolSlots, layer_ops
+from paged_cases import random_pools
 
 DTYPES = {"bfloat16": (mx.bfloat16, 2.0**-5), "float32": (mx.float32, 1e-5)}
 MAX_POSITION = 40000
@@ -170,3 +172,109 @@ def test_split_heads_stores_k_and_v_in_the_pool_slots(dtype):
     untouched[b, o] = False
     np.testing.assert_array_equal(got_k[untouched], before_k[untouched])
     np.testing.assert_array_equal(got_v[untouched], before_v[untouched])
+
+
+def quantize_reference(x: np.ndarray, fmt: KVQuant) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """kv_quant's page format spelled in NumPy float32 (IEEE divisions, float16
+    rounding to nearest even, round half to even): (codes unpacked [..., D],
+    scales, zeros) of x [..., D]."""
+    x = x.astype(np.float32)
+    one = np.float32(1)
+    if not fmt.affine:
+        scale = (np.abs(x).max(-1, keepdims=True) / np.float32(127)).astype(np.float16)
+        step = scale.astype(np.float32)
+        return np.clip(np.rint(x / np.where(step > 0, step, one)), -127, 127), scale, None
+    grouped = x.reshape(*x.shape[:-1], -1, fmt.group)
+    zero = grouped.min(-1, keepdims=True).astype(np.float16)
+    low = zero.astype(np.float32)
+    scale = ((grouped.max(-1, keepdims=True) - low) / np.float32(15)).astype(np.float16)
+    step = scale.astype(np.float32)
+    codes = np.clip(np.rint((grouped - low) / np.where(step > 0, step, one)), 0, 15).reshape(x.shape)
+    return codes, scale[..., 0], zero[..., 0]
+
+
+def stored(pages: QuantizedPages) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(codes unpacked [..., D] as int, scales, zeros) of pages, in NumPy."""
+    codes = np.array(pages.codes).astype(np.int64)
+    if pages.format.affine:
+        codes = np.stack([codes & 15, codes >> 4], axis=-1).reshape(*codes.shape[:-1], -1)
+    return codes, np.array(pages.scales), None if pages.zeros is None else np.array(pages.zeros)
+
+
+def dequantized64(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the values codes stand for, each element's step), in float64."""
+    d = codes.shape[-1]
+    per_channel = (lambda a: np.repeat(a.astype(np.float64), d // a.shape[-1], axis=-1))
+    step = per_channel(scales)
+    return codes * step + (0 if zeros is None else per_channel(zeros)), step
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_split_heads_quantizes_k_and_v_into_quantized_pool_slots(fmt, family, dtype, d):
+    """Into a quantized pool the op stores k and v quantized once (the CUDA kernel, in place, as it stores;
+    MLX's ops: the caller's QuantizedPages.write), exactly kv_quant's format: the codes, scales and zeros at
+    the slots are the format's of the k and v the op computes, bit for bit (the float32 math is specified
+    down to its roundings: no tolerance), and nothing else in the pool changed.
+
+    The k the store quantizes is the op's own (on CUDA the kernel without a pool computes it the same way);
+    against MLX's composed k it is within the op's tolerance (test_split_heads_matches_float64), so the
+    stored values are within half a step (plus float32's rounding of x / step: 2^-8 of it with room) of
+    each, plus that tolerance. v is copied unchanged: its pages equal kv_quant.quantize of MLX's own v."""
+    mx_dtype, tolerance = DTYPES[dtype]
+    tolerance = max(tolerance, ANGLE_TOLERANCE)
+    quant = FORMATS[fmt]
+    rng = np.random.default_rng()
+    blocks, block_size, rows = 9, 16, 11
+    # Both rope layouts: Qwen3 half-split with q/k norms, Llama 3 neighbour pairs without.
+    heads = qwen3_heads(d, mx_dtype, False, rng) if family == "qwen3" else llama3_heads(d, mx_dtype, True, rng)
+    # Fresh (row-contiguous) arrays, as the engine's pool allocates them: MLX hands a kernel a copy of an
+    # input it does not see as row-contiguous, and a store into a copy is lost.
+    keys, values = (QuantizedPages(*(None if part is None else mx.array(np.array(part)) for part in pages))
+                    for pages in random_pools(rng, blocks, block_size, 2, d, dtype=fmt))
+    before = [stored(pages) for pages in (keys, values)]
+    slot_ids = rng.choice(blocks * block_size, rows, replace=False)
+    slot_blocks = mx.array(slot_ids // block_size, mx.int32)
+    slot_offsets = mx.array(slot_ids % block_size, mx.int32)
+    x = rng.normal(size=(rows, 1, 12 * d)) * 2
+    x[0] = 0                # the scales' edge cases: a zero head (scale 0) and a constant one (int4: max == min)
+    x[1, :, 10 * d:] = 0.75
+    qkv = mx.array(x, mx_dtype)
+    positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
+
+    q, k, v = layer_ops().split_heads(heads, qkv, positions, PoolSlots(keys, values, slot_blocks, slot_offsets))
+    if k is not None:
+        keys.write(slot_blocks, slot_offsets, k)
+        values.write(slot_blocks, slot_offsets, v)
+    mx.eval(q, keys, values)
+
+    own_q, own_k, own_v = layer_ops().split_heads(heads, qkv, positions)
+    want_q, want_k, want_v = COMPOSED.split_heads(heads, qkv, positions)
+    assert_close(q, as64(want_q), tolerance)
+    b, o = slot_ids // block_size, slot_ids % block_size
+    untouched = np.ones((blocks, block_size), bool)
+    untouched[b, o] = False
+    for pages, own, composed, old in ((keys, own_k, want_k, before[0]), (values, own_v, want_v, before[1])):
+        now = stored(pages)
+        got = [None if part is None else part[b, o] for part in now]
+        want = quantize_reference(np.array(own.astype(mx.float32)), quant)
+        assert np.abs(want[0]).max() > 2 and np.unique(want[1]).size > rows     # codes and scales vary
+        assert (got[2] is None) == (want[2] is None) == (not quant.affine)
+        mlx_ops = stored(QuantizedPages(*quantize(own, quant)))                # the composed store's quantizer
+        for got_part, want_part, mlx_part in zip(got, want, mlx_ops):
+            if want_part is not None:
+                np.testing.assert_array_equal(got_part, want_part)
+                np.testing.assert_array_equal(mlx_part, want_part)
+        for part, was in zip(now, old):
+            if part is not None:
+                np.testing.assert_array_equal(part[untouched], was[untouched])
+        value, step = dequantized64(*got)
+        bound = 0.5 * step * (1 + 2.0**-8)
+        assert np.all(np.abs(value - as64(own)) <= bound)
+        assert np.all(np.abs(value - as64(composed)) <= bound + tolerance * np.abs(as64(composed)).max())
+    # v is copied unchanged: its pages are exactly the format's quantization of MLX's own v.
+    for got_part, want_part in zip(stored(values), quantize_reference(np.array(want_v.astype(mx.float32)), quant)):
+        if want_part is not None:
+            np.testing.assert_array_equal(got_part[b, o], want_part)
