@@ -37,6 +37,14 @@ times every method once, the order rotated from repeat to repeat):
   mx.synchronize: what a Python caller issuing one call at a time sees, host
   overhead included where it exceeds the device time.
 
+KV dtypes (``--kv-dtypes``, or ``--kv-dtypes-only`` for nothing else): at one
+cell (default 8192 shared x 32) the flat and cascade arms over bf16 pages and
+over the same pages quantized to int8 and int4 (``kv_quant``), all timed
+side by side in one ``measure_all``, each checked first against the portable
+kernels over the same pages; the issue's kernel targets (int8 flat >= 1.6x
+bf16 flat, int8 cascade >= 1.3x bf16 cascade, int4 flat >= 2.5x bf16 flat)
+are reported met or missed.
+
 Inputs rotate over enough copies to exceed twice the L2, so repeated calls do
 not read a warm cache. Bytes are what each method must read and write at
 least (flat and SDPA: every row's K/V; cascade: the shared span once plus the
@@ -54,6 +62,7 @@ import platform
 import statistics
 import subprocess
 import time
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
@@ -66,8 +75,9 @@ from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlan
 from mlxcel.engine import cost_model
 from mlxcel.engine.decode_plan import decide_step
-from mlxcel.kernels import AttentionShape, PagedCsrView, backend, backend_name
+from mlxcel.kernels import AttentionShape, PagedCsrView, backend, backend_name, fused_takes, portable
 from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.kv_quant import FORMATS, QuantizedPages, quantize
 from mlxcel.kernels.reference import reference_decode
 
 HQ, HKV, D, BLOCK = 32, 8, 128, 32
@@ -357,6 +367,70 @@ def run_cell(args, shared: int, batch: int, copy_bw: float) -> dict:
     return result
 
 
+# The issue's kernel targets: (arm, over arm, at least).
+KV_TARGETS = [("int8_flat", "bf16_flat", 1.6), ("int8_cascade", "bf16_cascade", 1.3), ("int4_flat", "bf16_flat", 2.5)]
+
+
+def kv_dtype_arms(args) -> dict:
+    """Flat and cascade over bf16, int8 and int4 pages of one cell, timed
+    side by side; every arm checked against the portable kernels over its own
+    pages (the quantized pages' codes, so quantization error is not in the
+    check) before any timing."""
+    shared, batch = args.kv_cell
+    cell = Cell(shared, args.tail, batch)
+    pools = {"bf16": (cell.k_pools, cell.v_pools)}
+    for name in ("int8", "int4"):
+        fmt = FORMATS[name]
+        pools[name] = ([QuantizedPages(*quantize(k, fmt)) for k in cell.k_pools],
+                       [QuantizedPages(*quantize(v, fmt)) for v in cell.v_pools])
+        mx.eval(pools[name])
+    qo_bytes = batch * HQ * D * 2 * 2
+    arms, checks, facts = {"chain": cell.chain_only}, {}, {}
+    for dtype, (k_pools, v_pools) in pools.items():
+        shape = replace(cell.shape, pool_dtype=k_pools[0].dtype)
+        token_bytes = shape.page_bytes // BLOCK                     # K and V of every KV head, scales included
+        with every_span_kept():
+            plans = {name: DecodePlan(cell.csr, config.snapshot(), shape) for name, config in (("flat", OFF),
+                                                                                               ("cascade", ON))}
+        want = portable.paged_attention_partial(cell.queries[0], k_pools[0], v_pools[0], cell.csr, scale=cell.scale)[0]
+        for name, plan in plans.items():
+            def call(i: int, dep: mx.array | None = None, plan=plan, k_pools=k_pools, v_pools=v_pools) -> mx.array:
+                s = i % cell.sets
+                return plan.attend(cell.query(i, dep), k_pools[s], v_pools[s], cell.csr.last_page_len)
+            arm = f"{dtype}_{name}"
+            checks[arm] = relative_error(call(0), want)
+            tokens = batch * cell.tokens if name == "flat" else shared + batch * args.tail
+            facts[arm] = {"fused": fused_takes(shape), "bytes": tokens * token_bytes + qo_bytes}
+            arms[arm] = call
+    if max(checks.values()) > args.tolerance:
+        raise SystemExit(f"KV dtype arms disagree with the portable kernels at {shared} x {batch}: {checks}")
+    timed = measure_all(arms, args.reps)
+    chain = timed["chain"]["s"]
+    targets = []
+    for arm, over, at_least in KV_TARGETS:
+        ratio = timed[over]["s"] / timed[arm]["s"]
+        net = (timed[over]["s"] - chain) / (timed[arm]["s"] - chain)
+        targets.append({"arm": arm, "over": over, "target": at_least, "ratio": ratio, "net_ratio": net,
+                        "met": ratio >= at_least})
+    return {"shared": shared, "tail": args.tail, "batch": batch, "sets": cell.sets, "checks": checks,
+            "arms": {arm: {**facts.get(arm, {}), **stats} for arm, stats in timed.items()}, "targets": targets}
+
+
+def kv_table(report: dict) -> str:
+    lines = [f"KV dtypes at {report['shared']} shared x {report['batch']} (tail {report['tail']})", "",
+             "| arm | ms | IQR ms | fused | MB | TB/s | vs portable |", "|---|---|---|---|---|---|---|"]
+    for arm, r in report["arms"].items():
+        if arm == "chain":
+            lines.append(f"| chain | {r['s'] * 1e3:.3f} | {r['iqr_s'] * 1e3:.3f} | | | | |")
+            continue
+        lines.append(f"| {arm} | {r['s'] * 1e3:.3f} | {r['iqr_s'] * 1e3:.3f} | {'yes' if r['fused'] else 'no'} "
+                     f"| {r['bytes'] / 1e6:.1f} | {r['bytes'] / r['s'] / 1e12:.2f} | {report['checks'][arm]:.1e} |")
+    lines += ["", "| target | measured (net of the chain) | met |", "|---|---|---|"]
+    lines += [f"| {t['arm']} >= {t['target']}x {t['over']} | {t['ratio']:.2f}x ({t['net_ratio']:.2f}x) "
+              f"| {'met' if t['met'] else 'missed'} |" for t in report["targets"]]
+    return "\n".join(lines)
+
+
 def sweep_level0(args) -> list[dict]:
     """The fused cascade step against level 0's block warps, head-splitting
     warps and tile width (None: the heuristic's choice) at the large cells:
@@ -437,6 +511,11 @@ def main() -> None:
                         default=[(8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)],
                         help="the sweep's cells, SHAREDxBATCH,...")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
+    parser.add_argument("--kv-dtypes", action="store_true",
+                        help="also time flat and cascade over bf16, int8 and int4 pages at --kv-cell")
+    parser.add_argument("--kv-dtypes-only", action="store_true", help="only the --kv-dtypes arms (no cell grid)")
+    parser.add_argument("--kv-cell", type=lambda text: tuple(int(n) for n in text.split("x")), default=(8192, 32),
+                        help="the KV dtype arms' cell, SHAREDxBATCH")
     parser.add_argument("--copy-mib", type=int, default=1024, help="copy-bandwidth array size")
     parser.add_argument("--matmul-n", type=int, default=8192, help="matmul-rate size (n x n x n)")
     args = parser.parse_args()
@@ -448,12 +527,15 @@ def main() -> None:
     info.update(copy_bandwidth_Bps=bw, matmul_bf16_flops=rate)
     print(json.dumps(info), flush=True)
     results = []
-    for shared in args.shared:
+    for shared in [] if args.kv_dtypes_only else args.shared:
         for batch in args.batches:
             r = run_cell(args, shared, batch, bw)
             results.append(r)
             print(json.dumps(r), flush=True)
     report = {"info": info, "cells": results}
+    if args.kv_dtypes or args.kv_dtypes_only:
+        report["kv_dtypes"] = kv_dtype_arms(args)
+        print(json.dumps(report["kv_dtypes"]), flush=True)
     if args.sweep:
         report["level0_sweep"] = sweep_level0(args)
     if args.breakdown:
@@ -464,6 +546,8 @@ def main() -> None:
             f"{info['device']}, mlx {info['mlx']}, kernels {info['kernels']}\n\n" + table(results))
     if report.get("level0_sweep"):
         text += "\n\nlevel 0 sweep (None: the heuristic's choice)\n\n" + sweep_table(report["level0_sweep"])
+    if report.get("kv_dtypes"):
+        text += "\n\n" + kv_table(report["kv_dtypes"])
     (args.out / "attention_bench.md").write_text(text + "\n")
     print(text)
 

@@ -15,6 +15,19 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
      float32 accumulators); B operands come from shared memory through
      ldmatrix (transposed for V). Every K/V element is loaded from memory once
      per block and reused by all of its warps' heads.
+
+  Quantized pages (int8, int4) keep that pipeline for their codes: cp.async
+  stages the code rows and each token's scales (and zeros) as the pool holds
+  them, and ldmatrix reads code bytes into registers where they become
+  float16 operands on their way to the mma (int8 keys stay exact codes, the
+  token's scale multiplying its scores; int8 values and int4 keys and values
+  are dequantized, rounded once to float16). The k order of a fragment's
+  codes (and so q's, loaded to match) and the column order of the value
+  tiles follow the bytes ldmatrix hands each lane. Converting a chunk to
+  16-bit rows in shared memory instead would cost a pass and a barrier a chunk
+  and more shared-memory traffic per token than the bytes it saves (int4 1.3
+  KB a token and head, against 0.3 KB read in place), and holding the next
+  chunk's codes in registers 32 more registers a lane.
   4. Online softmax per 32-token step, in registers (FlashAttention-2 style:
      the S accumulators are repacked as the A operand of the P V product);
      masks only in steps at a row's ends, rescales only when a row's max
@@ -104,6 +117,13 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row)
                : "r"(shared_address(row)));
 }
 
+// Two of them (lanes 0..15 give the rows).
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+
 __device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -114,6 +134,13 @@ __device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const
 __device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// BYTES (4 or 8) global -> shared, zero-filled when !valid (quantized pages' scales and zeros).
+template <int BYTES>
+__device__ __forceinline__ void copy_async_small(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+               :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
 }
 
 __device__ __forceinline__ void copy_commit() {
@@ -134,6 +161,50 @@ __device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
 }
 __device__ __forceinline__ float2 load_pair(const __half* p) {
   return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+
+// What a pool's pages hold (kv_quant has the formats). 16-bit pages are the
+// matrix units' operands as stored. Quantized pages are staged as codes and
+// become float16 operands in registers, on their way from shared memory to
+// the mma: float16's 11 bits hold every int8 code exactly and round a
+// dequantized value 8x finer than bfloat16's 8 would.
+template <typename T> struct PageFormat {          // bfloat16 / float16 elements
+  using Operand = T;
+  static constexpr int BITS = 16;
+  static constexpr bool QUANTIZED = false, AFFINE = false;
+};
+template <> struct PageFormat<int8_t> {            // code * scale, one scale per token and KV head
+  using Operand = __half;
+  static constexpr int BITS = 8;
+  static constexpr bool QUANTIZED = true, AFFINE = false;
+};
+template <> struct PageFormat<uint8_t> {           // code * scale + zero per 32 channels, two codes a byte
+  using Operand = __half;
+  static constexpr int BITS = 4;
+  static constexpr bool QUANTIZED = true, AFFINE = true;
+};
+
+__device__ __forceinline__ __half2 as_half2(uint32_t x) {
+  return *reinterpret_cast<__half2*>(&x);
+}
+__device__ __forceinline__ uint32_t as_word(__half2 x) {
+  return *reinterpret_cast<uint32_t*>(&x);
+}
+
+// Two int8 codes of `flipped` (the codes' bytes with their sign bits
+// flipped: code + 128), the bytes SELECTOR puts at bytes 0 and 2, as float16
+// exactly: below the byte 0x64 a byte b is the float16 1024 + b, and
+// 1024 + 128 + code - 1152 is the code.
+template <uint32_t SELECTOR>
+__device__ __forceinline__ __half2 int8_pair(uint32_t flipped) {
+  return __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, SELECTOR)), as_half2(0x64806480u));
+}
+
+// The nibbles at bits 4J..4J+3 of each 16-bit half of w (int4 codes 0..15),
+// as float16 exactly, by the same bias.
+template <int J>
+__device__ __forceinline__ __half2 nibble_pair(uint32_t w) {
+  return __hsub2(as_half2(((w >> (4 * J)) & 0x000f000fu) | 0x64006400u), as_half2(0x64006400u));
 }
 
 // One MUFU.EX2: exp2f's denormal handling costs three more instructions a
@@ -233,6 +304,9 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, f
 
 PARTIAL_SOURCE = r"""
   // ---- constants and coordinates ----
+  using Format = mlxcel::PageFormat<T>;
+  using TM = typename Format::Operand;              // the matrix units' operand type
+  constexpr bool QUANTIZED = Format::QUANTIZED;
   constexpr int THREADS = WARPS * 32;
   constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
@@ -241,8 +315,18 @@ PARTIAL_SOURCE = r"""
   constexpr int DK = D / 16;                        // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
   constexpr int STRIDE = D + 8;                     // padded shared row: conflict-free ldmatrix
-  constexpr int VECS = D / 8;                       // 16-byte vectors per token row
+  constexpr int ROW_BYTES = D * Format::BITS / 8;   // a token's K (or V) elements, or codes, in one KV head
+  constexpr int VECS = ROW_BYTES / 16;              // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
+  // A quantized stage, in bytes: the chunk's K and V code rows (padded by 16
+  // bytes: rows an odd number of 16-byte units apart, conflict-free ldmatrix),
+  // then per token its K scales, V scales (int4: K zeros, V zeros). An int8
+  // row's scale comes as the aligned 4-byte pair holding it (cp.async copies
+  // no less); the other half is the next or the previous row's.
+  constexpr int CODE_STRIDE = ROW_BYTES + 16;
+  constexpr int SCALE_BYTES = Format::AFFINE ? D / 32 * 2 : 4;
+  constexpr int SCALE_ARRAYS = Format::AFFINE ? 4 : 2;
+  constexpr int CODE_STAGE = 2 * CHUNK * CODE_STRIDE + SCALE_ARRAYS * CHUNK * SCALE_BYTES;
   constexpr float RESCALE_SLACK = 8.f;              // log2 units
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
@@ -283,11 +367,20 @@ PARTIAL_SOURCE = r"""
       // zeros: no branch, so all the loads are in flight together.
       const int head = head0 + g + 8 * (r & 1);
       const int real = min(head, heads - 1);
-      const int d = kk * 16 + 8 * (r >> 1) + tig * 2;
+      // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
+      // codes reach the mma in another k order (a dot product's terms can be
+      // summed in any order as long as q's follow): int8 d, d + 1 with d =
+      // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
+      // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
+      const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
+                    : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
+                                     : kk * 16 + 4 * tig + 2 * (r >> 1);
       const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
-      const float2 x = mlxcel::load_pair(q + (size_t(q_row) * q_heads + q_head) * D + d);
-      qf[kk][r] = head < heads ? mlxcel::Mma<T>::pack(x.x * scale, x.y * scale) : 0u;
+      const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
+      const float2 x = Format::AFFINE ? make_float2(static_cast<float>(at[0]), static_cast<float>(at[4]))
+                                      : mlxcel::load_pair(at);
+      qf[kk][r] = head < heads ? mlxcel::Mma<TM>::pack(x.x * scale, x.y * scale) : 0u;
     }
   }
 
@@ -313,23 +406,57 @@ PARTIAL_SOURCE = r"""
     }
   };
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
-    T* keys = staged + (2 * buffer) * STAGE;
-    T* values = keys + STAGE;
-    #pragma unroll
-    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-      const int slot_in_chunk = j * PASS_ROWS + pass_row;
-      const int slot = chunk * CHUNK + slot_in_chunk;
-      // Invalid slots read nothing (zero-fill) from a valid slot's page.
-      const bool valid = slot >= first_slot && slot < end_slot;
-      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-      // 64-bit arithmetic only for a page's base (a pool may hold over 2^31 elements).
-      const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * page_elements +
-                        (page_row * kv_heads + kv_head) * D + part * 8;
-      mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
-      mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
+    if constexpr (QUANTIZED) {
+      unsigned char* keys = mlxcel_shared + buffer * CODE_STAGE;
+      unsigned char* values = keys + CHUNK * CODE_STRIDE;
+      unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [SCALE_ARRAYS][CHUNK][SCALE_BYTES]
+      #pragma unroll
+      for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+        const int slot_in_chunk = j * PASS_ROWS + pass_row;
+        const int slot = chunk * CHUNK + slot_in_chunk;
+        const bool valid = slot >= first_slot && slot < end_slot;   // else zero codes, zero scales: values 0
+        const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+        // The (token, KV head) row's index in the pool, 64-bit from the page's base.
+        const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
+                          (page_row * kv_heads + kv_head);
+        mlxcel::copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16,
+                           valid);
+        mlxcel::copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16,
+                           valid);
+        // A row's scales (and zeros) travel with its first vectors: array a with vector a.
+        #pragma unroll
+        for (int first = 0; first < SCALE_ARRAYS; first += VECS) {
+          const int a = first + part;
+          if (a < SCALE_ARRAYS) {
+            const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
+            const __half* src = Format::AFFINE ? array + at * (D / 32) : array + (at & ~size_t(1));
+            mlxcel::copy_async_small<SCALE_BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * SCALE_BYTES, src, valid);
+          }
+        }
+      }
+      mlxcel::copy_commit();
+    } else {
+      T* keys = staged + (2 * buffer) * STAGE;
+      T* values = keys + STAGE;
+      #pragma unroll
+      for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+        const int slot_in_chunk = j * PASS_ROWS + pass_row;
+        const int slot = chunk * CHUNK + slot_in_chunk;
+        // Invalid slots read nothing (zero-fill) from a valid slot's page.
+        const bool valid = slot >= first_slot && slot < end_slot;
+        const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+        // 64-bit arithmetic only for a page's base (a pool may hold over 2^31 elements).
+        const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * page_elements +
+                          (page_row * kv_heads + kv_head) * D + part * 8;
+        mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
+        mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
+      }
+      mlxcel::copy_commit();
     }
-    mlxcel::copy_commit();
   };
+  // Which half of a staged int8 scale word is this KV head's: the row index's
+  // parity, (token * kv_heads + kv_head) % 2 (pages of an even token count).
+  const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};   // even, odd tokens
 
   float acc[DT][4];
   #pragma unroll
@@ -356,21 +483,73 @@ PARTIAL_SOURCE = r"""
     if (active) {
       const T* keys = staged + (2 * buffer) * STAGE;
       const T* values = keys + STAGE;
+      const unsigned char* key_codes = mlxcel_shared + buffer * CODE_STAGE;   // a quantized stage (see stage())
+      const unsigned char* value_codes = key_codes + CHUNK * CODE_STRIDE;
+      const unsigned char* scale_rows = value_codes + CHUNK * CODE_STRIDE;
       #pragma unroll
       for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
         const int token0 = warp_t * WARP_TOKENS + step * STEP;
 
         // ---- 3a. scores ----
         float s[NT][4];
-        #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        if constexpr (QUANTIZED) {
+          // ldmatrix over code rows gives lane (g, tig), from each 16-byte
+          // unit m of token row g, its bytes 4 tig..4 tig + 3. int8: unit m
+          // is k-step m, the 4 codes its pairs (b0, b1), exact; the token's
+          // scale then multiplies its scores. int4: unit m is group m's 32
+          // dims, the 8 codes two k-steps' pairs, dequantized with the
+          // token's scale and zero of the group.
+          constexpr int UNITS = ROW_BYTES / 16;
+          constexpr int LOAD = UNITS < 4 ? UNITS : 4;
           #pragma unroll
-          for (int kk = 0; kk < DK; kk += 2) {
-            uint32_t b[4];
-            mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
-            mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
-            mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+          for (int nt = 0; nt < NT; ++nt) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+            const int token = token0 + nt * 8;
+            const unsigned char* key_row = key_codes + (token + (lane & 7)) * CODE_STRIDE + (lane >> 3) * 16;
+            #pragma unroll
+            for (int m0 = 0; m0 < UNITS; m0 += LOAD) {
+              uint32_t w[LOAD];
+              mlxcel::load_matrices(w, key_row + m0 * 16);
+              #pragma unroll
+              for (int i = 0; i < LOAD; ++i) {
+                const int m = m0 + i;
+                if constexpr (Format::AFFINE) {
+                  // Scales and zeros of token + g, groups 2j and 2j + 1 in word j.
+                  const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + (token + g) * SCALE_BYTES);
+                  const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
+                  const __half2 sc = m & 1 ? __high2half2(mlxcel::as_half2(scales_of[m / 2]))
+                                           : __low2half2(mlxcel::as_half2(scales_of[m / 2]));
+                  const __half2 zero = m & 1 ? __high2half2(mlxcel::as_half2(zeros_of[m / 2]))
+                                             : __low2half2(mlxcel::as_half2(zeros_of[m / 2]));
+                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m], mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(w[i]), sc, zero)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(w[i]), sc, zero)));
+                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m + 1],
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(w[i]), sc, zero)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(w[i]), sc, zero)));
+                } else {
+                  const uint32_t flipped = w[i] ^ 0x80808080u;
+                  mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::int8_pair<0x4140>(flipped)),
+                                       mlxcel::as_word(mlxcel::int8_pair<0x4342>(flipped)));
+                }
+              }
+            }
+            if constexpr (!Format::AFFINE) {   // this lane's columns: tokens token + 2 tig (c even) and + 1
+              const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + 2 * (token + 2 * tig);
+              const float even = __half2float(key_scales[scale_half[0]]), odd = __half2float(key_scales[2 + scale_half[1]]);
+              s[nt][0] *= even; s[nt][1] *= odd; s[nt][2] *= even; s[nt][3] *= odd;
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+            #pragma unroll
+            for (int kk = 0; kk < DK; kk += 2) {
+              uint32_t b[4];
+              mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
+              mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+              mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+            }
           }
         }
 
@@ -432,16 +611,88 @@ PARTIAL_SOURCE = r"""
         #pragma unroll
         for (int kt = 0; kt < NT / 2; ++kt) {
           const uint32_t a[4] = {
-              mlxcel::Mma<T>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<T>::pack(s[2 * kt][2], s[2 * kt][3]),
-              mlxcel::Mma<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-              mlxcel::Mma<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
-          #pragma unroll
-          for (int dt = 0; dt < DT; dt += 2) {
-            uint32_t b[4];
-            mlxcel::load_matrices_transposed(
-                b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
-            mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
-            mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+              mlxcel::Mma<TM>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<TM>::pack(s[2 * kt][2], s[2 * kt][3]),
+              mlxcel::Mma<TM>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+              mlxcel::Mma<TM>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+          if constexpr (QUANTIZED) {
+            // ldmatrix.trans over code rows gives lane (g, tig), from each
+            // 16-byte unit of the 16 tokens, the bytes 2g and 2g + 1 of tokens
+            // 2 tig and 2 tig + 1 (b[0]; of tokens + 8 and + 9 in b[1]; the
+            // next unit's in b[2], b[3]): the k pairs of several output
+            // columns. int8: unit c's dims 16c + 2g + u (u = 0, 1) are column
+            // g of output tile 2c + u; int4: dims 32c + 4g + u (u < 4) of tile
+            // 4c + u (see 5). Values are dequantized with their tokens'
+            // scales (and zeros of group c).
+            const int pair = token0 + kt * 16 + 2 * tig;   // this lane's tokens: pair, + 1, + 8, + 9
+            const unsigned char* value_row =
+                value_codes + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+            if constexpr (Format::AFFINE) {
+              // Token t's scales (zeros): words j (groups 2j, 2j + 1) of row t.
+              const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + CHUNK * SCALE_BYTES);
+              const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
+              constexpr int WORDS = SCALE_BYTES / 4;
+              #pragma unroll
+              for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+                uint32_t b[4];
+                mlxcel::load_matrices_transposed(b, value_row + c * 16);
+                // Units c and c + 1 are groups c and c + 1: word c / 2 of each token's row.
+                const int j = c / 2;
+                const __half2 s01 = mlxcel::as_half2(scales_of[pair * WORDS + j]);
+                const __half2 s11 = mlxcel::as_half2(scales_of[(pair + 1) * WORDS + j]);
+                const __half2 s81 = mlxcel::as_half2(scales_of[(pair + 8) * WORDS + j]);
+                const __half2 s91 = mlxcel::as_half2(scales_of[(pair + 9) * WORDS + j]);
+                const __half2 z01 = mlxcel::as_half2(zeros_of[pair * WORDS + j]);
+                const __half2 z11 = mlxcel::as_half2(zeros_of[(pair + 1) * WORDS + j]);
+                const __half2 z81 = mlxcel::as_half2(zeros_of[(pair + 8) * WORDS + j]);
+                const __half2 z91 = mlxcel::as_half2(zeros_of[(pair + 9) * WORDS + j]);
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  // Group c + h's scales and zeros of (pair, pair + 1) and (pair + 8, pair + 9).
+                  const __half2 sl = h ? __highs2half2(s01, s11) : __lows2half2(s01, s11);
+                  const __half2 sh = h ? __highs2half2(s81, s91) : __lows2half2(s81, s91);
+                  const __half2 zl = h ? __highs2half2(z01, z11) : __lows2half2(z01, z11);
+                  const __half2 zh = h ? __highs2half2(z81, z91) : __lows2half2(z81, z91);
+                  const int tile = 4 * (c + h);
+                  const uint32_t lo = b[2 * h], hi = b[2 * h + 1];
+                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(lo), sl, zl)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(hi), sh, zh)));
+                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(lo), sl, zl)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(hi), sh, zh)));
+                  mlxcel::Mma<TM>::run(acc[tile + 2], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(lo), sl, zl)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(hi), sh, zh)));
+                  mlxcel::Mma<TM>::run(acc[tile + 3], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(lo), sl, zl)),
+                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(hi), sh, zh)));
+                }
+              }
+            } else {
+              // Token t's scale: half scale_half[t % 2] of word t (see stage()).
+              const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
+              const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
+              const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
+              #pragma unroll
+              for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+                uint32_t b[4];
+                mlxcel::load_matrices_transposed(b, value_row + c * 16);
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const uint32_t lo = b[2 * h] ^ 0x80808080u, hi = b[2 * h + 1] ^ 0x80808080u;
+                  const int tile = 2 * (c + h);
+                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
+                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)));
+                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
+                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh)));
+                }
+              }
+            }
+          } else {
+            #pragma unroll
+            for (int dt = 0; dt < DT; dt += 2) {
+              uint32_t b[4];
+              mlxcel::load_matrices_transposed(
+                  b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
+              mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
+              mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+            }
           }
         }
       }
@@ -464,11 +715,16 @@ PARTIAL_SOURCE = r"""
     }
     #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
-      float* top_row = warp_acc + (warp * 16 + g) * D + dt * 8 + tig * 2;
+      // This lane's columns of tile dt: dims dim and dim + NEXT (quantized
+      // pages: the column order 3b read the values in).
+      constexpr int NEXT = !QUANTIZED ? 1 : Format::AFFINE ? 4 : 2;
+      const int dim = !QUANTIZED ? dt * 8 + tig * 2
+                      : Format::AFFINE ? 32 * (dt >> 2) + 8 * tig + (dt & 3) : 16 * (dt >> 1) + 4 * tig + (dt & 1);
+      float* top_row = warp_acc + (warp * 16 + g) * D + dim;
       top_row[0] = acc[dt][0];
-      top_row[1] = acc[dt][1];
+      top_row[NEXT] = acc[dt][1];
       top_row[8 * D] = acc[dt][2];
-      top_row[8 * D + 1] = acc[dt][3];
+      top_row[8 * D + NEXT] = acc[dt][3];
     }
   }
   __syncthreads();
@@ -606,7 +862,8 @@ CASCADE_MERGE_SOURCE = r"""
 PARTIAL_SIGNATURE = (
     "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int SCALE_BITS,"
     " typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape, const T* k_pool,"
-    " const S& k_pool_shape, const T* v_pool, const int32_t* indices, const int32_t* last_page_len,"
+    " const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros,"
+    " const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
     " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
 MERGE_SIGNATURE = (
     "template <typename TV, typename TL, int D, typename S>\n__device__ __forceinline__ void merge(const TV* v_in,"
@@ -625,7 +882,12 @@ LIBRARY = HEADER + "".join(
                             (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE)))
 
 PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, k_pool, "
-                "k_pool_shape, v_pool, indices, last_page_len, tiles, members, members_shape, out, out_lse);")
+                "k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, "
+                "members_shape, out, out_lse);")
+# Quantized pages: the codes as k_pool / v_pool, their scales and zeros (int8: a placeholder) beside them.
+QUANTIZED_PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, "
+                          "k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, "
+                          "tiles, members, members_shape, out, out_lse);")
 MERGE_CALL = "mlxcel::merge<TV, TL, D>(v_in, v_in_shape, lse_in, indptr, indptr_shape, out, out_lse);"
 CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, DEPTHS, MEMBER_IS_ROW, PRIVATE_ONE>(op, op_shape, lsep, "
                       "indptrp, indptrp_shape, o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, "
@@ -667,12 +929,13 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
                                header=f'#include "{library_file(header)}"\n', shared_memory=shared_bytes)
 
 
-# 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128, three
+# 4 warps x 64-token chunks, double-buffered: 68 KB of staging at D=128 (int8
+# codes 37 KB, int4 24 KB; either's states after the loop 33 KB), three
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2))
+                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -21,8 +21,14 @@ sizes the grid and launches, identically for both:
   fifteen for one level: on MLX's CUDA backend each costs several
   microseconds, more than a shared span's bytes.
 
-Pools the kernels do not take (float32, or a head dim that is not a multiple
-of 32 up to 128) go through the portable kernels, on the same device.
+Quantized pools (``kv_quant``: int8, int4) are read as codes: the partial
+kernel stages codes and scales as the pool holds them and dequantizes them
+to float16 matrix operands in registers (one more variant of the same
+source; a float pool's launch is unchanged).
+
+Pools the kernels do not take (float32, a float head dim that is not a
+multiple of 32 up to 128, a quantized one other than 64 or 128) go through
+the portable kernels, on the same device.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ import numpy as np
 
 from . import portable
 from .csr import PagedCsrView
+from .kv_quant import SCALE_DTYPE, KVQuant, Pages, QuantizedPages
 from .shape import AttentionShape, check_inputs
-from .tile_plan import (HEADS_PER_WARP, LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles,
+from .tile_plan import (HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, level0_max_warps_m,
                         head_layout)
 
 LOG2E = 1.0 / math.log(2.0)
@@ -50,6 +57,12 @@ LOG2E = 1.0 / math.log(2.0)
 # (tf32) fragment layout for a configuration nobody serves from.
 KERNEL_DTYPES = (mx.bfloat16, mx.float16)
 MAX_HEAD_DIM = 128        # accumulators (D/2 floats) + Q fragments (D/4 words) per lane stay in registers
+# Quantized pages: an int8 key row is read 64 codes per ldmatrix, an int4 one
+# 64 or 128; 64 and 128 are the head dims models quantize.
+QUANTIZED_HEAD_DIMS = (64, 128)
+# A staged code row's padding: rows an odd number of 16-byte units apart, so
+# ldmatrix's eight row addresses hit distinct banks.
+CODE_ROW_PAD = 16
 MERGE_THREADS = 128
 # Floats a warp's state row holds in shared memory besides its D accumulators:
 # the row's max, its sum, and its weight in the merge of the token-splitting warps.
@@ -57,6 +70,9 @@ STATE_EXTRA_FLOATS = 3
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
+# Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
+QUANTIZED_PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "k_scales", "v_scales", "k_zeros", "v_zeros", "indices",
+                            "last_page_len", "tiles", "members"]
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 # The cascade merge takes the private states and up to MAX_DEPTH levels' (unused ones: a placeholder).
 MAX_DEPTH = 4
@@ -93,7 +109,7 @@ class FusedPartial:
     indices: mx.array
     rows: int
 
-    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array,
+    def __call__(self, q: mx.array, k_pool: Pages, v_pool: Pages,
                  last_page_len: mx.array) -> tuple[mx.array, mx.array]:
         if self.plan.num_tiles == 0:
             return portable.no_states(self.rows, q)
@@ -129,7 +145,7 @@ class FusedCascade:
     indptr_private: mx.array
     level_map: mx.array
 
-    def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
+    def __call__(self, q: mx.array, k_pool: Pages, v_pool: Pages, last_page_len: mx.array) -> mx.array:
         k = self.kernels
         states = []
         for level in self.levels:
@@ -153,14 +169,29 @@ class Platform:
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
-    def staging_bytes(self, head_dim: int, warps: int) -> int:
+    quantized_partial_source: str = ""   # the partial kernel's source for quantized pools
+
+    def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None) -> int:
         """Shared memory of one partial block of ``warps`` warps: the K and V
         chunks of every stage (rows padded by 8 elements so matrix loads hit
-        distinct banks), reused after the loop for the warps' states (float32
-        accumulators, max, sum, merge weight)."""
-        stages = self.stages * 2 * self.chunk_tokens * (head_dim + 8) * 2
+        distinct banks; quantized pages: code rows padded by CODE_ROW_PAD
+        bytes, and each token's staged scales), reused after the loop for the
+        warps' states (float32 accumulators, max, sum, merge weight)."""
+        if quant is None:
+            token = 2 * (head_dim + 8) * 2
+        else:
+            arrays = 4 if quant.affine else 2          # K, V scales (and zeros)
+            token = 2 * (quant.code_width(head_dim) + CODE_ROW_PAD) + arrays * staged_scale_bytes(quant, head_dim)
+        stages = self.stages * self.chunk_tokens * token
         states = warps * HEADS_PER_WARP * (head_dim + STATE_EXTRA_FLOATS) * 4
         return max(stages, states)
+
+
+def staged_scale_bytes(quant: KVQuant, head_dim: int) -> int:
+    """Bytes one token's scales (or zeros) take in a stage: int4's groups;
+    int8's one scale travels as the aligned 4-byte pair holding it (cp.async
+    copies no less)."""
+    return quant.groups(head_dim) * SCALE_DTYPE.size if quant.affine else 4
 
 
 def scale_bits(scale: float) -> int:
@@ -172,7 +203,14 @@ def scale_bits(scale: float) -> int:
 
 def unsupported(shape: AttentionShape) -> str | None:
     """Why the fused kernel does not take launches of this shape, or None."""
-    d = shape.head_dim
+    d, quant = shape.head_dim, shape.kv_quant
+    if quant is not None:
+        if d not in QUANTIZED_HEAD_DIMS:
+            return f"head dim {d} of {quant.name} pages (fused kernels read {' or '.join(map(str, QUANTIZED_HEAD_DIMS))})"
+        if shape.block_size % 2:
+            # A staged int8 scale's half is its row's parity, found from the token's (pages of an even size).
+            return f"block size {shape.block_size} of {quant.name} pages (fused kernels read even page sizes)"
+        return None
     if shape.pool_dtype not in KERNEL_DTYPES:
         return f"pool dtype {shape.pool_dtype} (fused kernels take bfloat16/float16)"
     if d % 32 or d > MAX_HEAD_DIM:
@@ -206,20 +244,21 @@ class FusedKernels:
     poison: float | None = field(default_factory=poison_from_env)
     _kernels: dict = field(default_factory=dict)
 
-    def _kernel(self, kind: str, head_dim: int, warps: int = 0) -> Callable:
-        key = (kind, head_dim, warps)
+    def _kernel(self, kind: str, head_dim: int, warps: int = 0, quant: KVQuant | None = None) -> Callable:
+        key = (kind, head_dim, warps, quant)
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
             source, inputs, outputs = {
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
+                "quantized_partial": (p.quantized_partial_source, QUANTIZED_PARTIAL_INPUTS, STATE_OUTPUTS),
                 "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
                 "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
             }[kind]
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = p.staging_bytes(head_dim, warps) if kind == "partial" else 0
+            shared = p.staging_bytes(head_dim, warps, quant) if kind.endswith("partial") else 0
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
                                    compact_source(p.header), shared)
             self._kernels[key] = kernel
@@ -230,9 +269,11 @@ class FusedKernels:
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place."""
-        d, hkv = shape.head_dim, shape.kv_heads
+        d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
-        return Launch(self._kernel("partial", d, layout.warps), dict(
+        kernel = self._kernel("quantized_partial", d, layout.warps, quant) if quant else self._kernel("partial", d,
+                                                                                                     layout.warps)
+        return Launch(kernel, dict(
             # The page size is a template constant: page lookups become shifts.
             template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                       ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
@@ -243,7 +284,7 @@ class FusedKernels:
             output_dtypes=[mx.float32, mx.float32],
         ))
 
-    def partial_tiles(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+    def partial_tiles(self, q: mx.array, k_pool: Pages, v_pool: Pages, csr: PagedCsrView,
                       geometry: mx.array, layout: HeadLayout, scale: float,
                       members: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """One launch: the states of every tile (see partial_launch); with
@@ -252,12 +293,24 @@ class FusedKernels:
                                      members is not None)
         return self.run_partial(launch, q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry, members)
 
-    def run_partial(self, launch: Launch, q: mx.array, k_pool: mx.array, v_pool: mx.array, indices: mx.array,
+    def run_partial(self, launch: Launch, q: mx.array, k_pool: Pages, v_pool: Pages, indices: mx.array,
                     last_page_len: mx.array, geometry: mx.array,
                     members: mx.array | None = None) -> tuple[mx.array, mx.array]:
-        """A partial launch's inputs, in PARTIAL_INPUTS order."""
-        return launch([q, k_pool, v_pool, indices, last_page_len, geometry,
+        """A partial launch's inputs, in PARTIAL_INPUTS order (quantized
+        pools: QUANTIZED_PARTIAL_INPUTS, the codes, then scales and zeros)."""
+        if isinstance(k_pool, QuantizedPages):
+            pools = [k_pool.codes, v_pool.codes, k_pool.scales, v_pool.scales,
+                     self._no_zeros if k_pool.zeros is None else k_pool.zeros,
+                     self._no_zeros if v_pool.zeros is None else v_pool.zeros]
+        else:
+            pools = [k_pool, v_pool]
+        return launch([q, *pools, indices, last_page_len, geometry,
                        self._no_members if members is None else members], self.poison)
+
+    @cached_property
+    def _no_zeros(self) -> mx.array:
+        """The zeros input of an int8 pool's launch (read by no thread)."""
+        return mx.zeros((1,), SCALE_DTYPE)
 
     @cached_property
     def _no_members(self) -> mx.array:
@@ -295,7 +348,7 @@ class FusedKernels:
         return FusedPartial(self, self.partial_launch(shape, plan.num_tiles, layout, stacked=False), plan,
                             csr.indices, csr.num_rows)
 
-    def paged_attention_partial(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,
+    def paged_attention_partial(self, q: mx.array, k_pool: Pages, v_pool: Pages, csr: PagedCsrView,
                                 *, scale: float, chunk_pages: int | None = None) -> tuple[mx.array, mx.array]:
         check_inputs(q, k_pool, csr)
         launch = self.prepare_partial(csr, AttentionShape.of(q, k_pool, scale), chunk_pages)
@@ -321,19 +374,21 @@ class FusedKernels:
 
     def cascade_levels(self, q_heads: int, kv_heads: int, private: PagedCsrView, levels,
                        level0_pages: int | None = None, level0_warps_m: int | None = None,
-                       level0_warps: int | None = None) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
-                                                                 tuple[HeadLayout, TilePlan]]:
+                       level0_warps: int | None = None,
+                       quant: KVQuant | None = None) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
+                                                              tuple[HeadLayout, TilePlan]]:
         """(head layout, tiles) of each depth (every member's heads stacked,
         ``levels`` as prepare_cascade takes them) and of the private level.
         ``level0_pages`` fixes the stacked levels' tile width,
-        ``level0_warps_m`` caps their head-splitting warps and
-        ``level0_warps`` sets their blocks' warps (benchmark sweeps)."""
+        ``level0_warps_m`` caps their head-splitting warps (default: the
+        pages' format's cap, ``quant``) and ``level0_warps`` sets their
+        blocks' warps (benchmark sweeps)."""
         group = q_heads // kv_heads
         warps = level0_warps or self.platform.warps
         target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
         stacked = []
         for view, members in levels:
-            layout = head_layout(np.shape(members)[1] * group, warps, level0_warps_m or LEVEL0_MAX_WARPS_M)
+            layout = head_layout(np.shape(members)[1] * group, warps, level0_warps_m or level0_max_warps_m(quant))
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
         return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads))
@@ -352,7 +407,8 @@ class FusedKernels:
             raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
         hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
         stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels if reuse is None else (),
-                                                            level0_pages, level0_warps_m, level0_warps)
+                                                            level0_pages, level0_warps_m, level0_warps,
+                                                            shape.kv_quant)
         level_map = np.zeros((rows, len(levels), 3), np.int32)
         fused_levels = []
         for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):
@@ -382,7 +438,7 @@ class FusedKernels:
             indptr_private=plan_private.row_indptr_device,
             level_map=mx.array(level_map) if reuse is None else reuse.level_map)
 
-    def cascade_decode(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, private: PagedCsrView, levels,
+    def cascade_decode(self, q: mx.array, k_pool: Pages, v_pool: Pages, private: PagedCsrView, levels,
                        *, scale: float, **level0) -> mx.array:
         """One cascade decode step: o [R, Hq, D] in q's dtype (prepare_cascade,
         then the call; ``level0`` takes its sweep options)."""

@@ -12,6 +12,11 @@ differs, and why:
   bits 0 and 3 (shuffles xor 1 and 8, where CUDA's differ in bits 0 and 1);
 - staging: plain 16-byte loads into threadgroup memory (Metal has no
   cp.async), one stage;
+- quantized pages: codes and scales are staged as the pool holds them (as
+  on CUDA) and each element is dequantized as the fragment reads it, to a
+  float (the simdgroup matrices are float: nothing is rounded to 16 bits);
+  one body serves every format through ``Pages`` (Metal has no ``if
+  constexpr``), a float pool's kernel binding no scales;
 - merges: one plain loop over the states (CUDA's fold_states issues a batch
   of states' loads before using any, through lambdas, which Metal lacks);
 - sizes: threadgroup memory is 32 KB on Apple GPUs, so 2 simdgroups and
@@ -47,11 +52,64 @@ inline float lane_sum(float x, ushort mask) {
   return x + metal::simd_shuffle_xor(x, mask);
 }
 
+// A quantized pool's scales and zeros (a float pool's kernel: none).
+struct Scales {
+  const device half* k_scales;
+  const device half* v_scales;
+  const device half* k_zeros;
+  const device half* v_zeros;
+};
+
+// How the partial kernel stages and reads one page format (kv_quant has
+// them): a token row of one KV head is ROW_BYTES of elements or codes; a
+// quantized token's scales (and zeros) take SCALE_BYTES of a row of their own.
+template <typename T, int D> struct Pages {           // bfloat16 / float16 elements
+  static constant constexpr const int ROW_BYTES = D * 2;
+  static constant constexpr const int SCALE_BYTES = 0;
+  static void stage_scales(threadgroup uchar*, const device half*, const device half*, size_t, bool) {}
+  static float read(threadgroup const uchar* row, threadgroup const uchar*, int dim) {
+    return static_cast<float>(reinterpret_cast<threadgroup const T*>(row)[dim]);
+  }
+};
+
+template <int D> struct Pages<int8_t, D> {            // code * scale, one scale per token and KV head
+  static constant constexpr const int ROW_BYTES = D;
+  static constant constexpr const int SCALE_BYTES = 2;
+  static void stage_scales(threadgroup uchar* dst, const device half* scales, const device half*, size_t at,
+                           bool valid) {
+    *reinterpret_cast<threadgroup half*>(dst) = valid ? scales[at] : half(0);
+  }
+  static float read(threadgroup const uchar* row, threadgroup const uchar* scale, int dim) {
+    return float(reinterpret_cast<threadgroup const int8_t*>(row)[dim]) *
+           float(*reinterpret_cast<threadgroup const half*>(scale));
+  }
+};
+
+template <int D> struct Pages<uint8_t, D> {           // code * scale + zero per 32 channels, two codes a byte
+  static constant constexpr const int GROUPS = D / 32;
+  static constant constexpr const int ROW_BYTES = D / 2;
+  static constant constexpr const int SCALE_BYTES = GROUPS * 4;   // the scales, then the zeros
+  static void stage_scales(threadgroup uchar* dst, const device half* scales, const device half* zeros, size_t at,
+                           bool valid) {
+    threadgroup half* out = reinterpret_cast<threadgroup half*>(dst);
+    for (int g = 0; g < GROUPS; ++g) {
+      out[g] = valid ? scales[at * GROUPS + g] : half(0);
+      out[GROUPS + g] = valid ? zeros[at * GROUPS + g] : half(0);
+    }
+  }
+  static float read(threadgroup const uchar* row, threadgroup const uchar* scale, int dim) {
+    const uchar pair = row[dim / 2];                           // channel 2i low nibble, 2i + 1 high
+    threadgroup const half* of = reinterpret_cast<threadgroup const half*>(scale);
+    return float(dim & 1 ? pair >> 4 : pair & 15) * float(of[dim / 32]) + float(of[GROUPS + dim / 32]);
+  }
+};
+
 }  // namespace mlxcel
 """
 
 PARTIAL_SOURCE = r"""
   // ---- constants and coordinates ----
+  using Format = mlxcel::Pages<T, D>;
   constexpr int THREADS = WARPS * 32;
   constexpr int SPLIT = WARPS / WM;                 // warps sharing one 16-head tile, splitting tokens
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
@@ -59,10 +117,11 @@ PARTIAL_SOURCE = r"""
   constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
   constexpr int DK = D / 8;                         // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
-  constexpr int STRIDE = D + 8;                     // padded threadgroup row
-  constexpr int VECS = D / 8;                       // 16-byte vectors per token row
+  constexpr int STRIDE = Format::ROW_BYTES + 16;    // padded threadgroup row, bytes
+  constexpr int VECS = Format::ROW_BYTES / 16;      // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
-  constexpr int STAGED_WORDS = STAGE;               // K and V of one stage, 16-bit elements
+  constexpr int SCALE_ROWS = CHUNK * Format::SCALE_BYTES;
+  constexpr int STAGED_WORDS = (2 * STAGE + 2 * SCALE_ROWS) / 4;   // K and V rows of one stage, their scales
   constexpr int STATE_WORDS = WARPS * 16 * (D + 3);   // accumulators, max, sum, merge weight
   constexpr int SHARED_WORDS = STAGED_WORDS > STATE_WORDS ? STAGED_WORDS : STATE_WORDS;
   constexpr float RESCALE_SLACK = 8.f;              // log2 units
@@ -95,7 +154,8 @@ PARTIAL_SOURCE = r"""
   const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   threadgroup float mlxcel_shared[SHARED_WORDS];
-  threadgroup T* staged = reinterpret_cast<threadgroup T*>(mlxcel_shared);   // [K, V][CHUNK][STRIDE]
+  // [K, V][CHUNK][STRIDE] bytes, then [K, V][CHUNK][SCALE_BYTES]
+  threadgroup uchar* staged = reinterpret_cast<threadgroup uchar*>(mlxcel_shared);
 
   // ---- 1. Q fragments (rows fm and 8+fm, cols fn and fn+1 of each 8-dim k-step) ----
   simdgroup_matrix<float, 8, 8> qf[2][DK];
@@ -126,18 +186,20 @@ PARTIAL_SOURCE = r"""
   constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
   constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
   const int pass_row = lid / VECS, part = lid % VECS;
-  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
+  const size_t page_rows = size_t(BLOCK) * kv_heads;   // (token, KV head) rows of a page
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // ---- 2. staging ----
-    threadgroup T* keys = staged;
-    threadgroup T* values = keys + STAGE;
+    threadgroup uchar* keys = staged;
+    threadgroup uchar* values = keys + STAGE;
+    threadgroup uchar* key_scales = values + STAGE;
+    threadgroup uchar* value_scales = key_scales + SCALE_ROWS;
     // The chunk's page lookups first; 64-bit arithmetic only for a page's base.
     size_t page_base[LOOKUPS];
     for (int p = 0; p < LOOKUPS; ++p) {
       const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
-      page_base[p] = size_t(indices[page_begin + metal::min(page, page_count - 1)]) * page_elements;
+      page_base[p] = size_t(indices[page_begin + metal::min(page, page_count - 1)]) * page_rows;
     }
     for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
       const int slot_in_chunk = j * PASS_ROWS + pass_row;
@@ -145,12 +207,19 @@ PARTIAL_SOURCE = r"""
       // Invalid slots are zeros (read from a valid slot's page, then dropped).
       const bool valid = slot >= first_slot && slot < end_slot;
       const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head) * D + part * 8;
+      const size_t at = page_base[ALIGNED ? j * PASS_ROWS / BLOCK : j] + (page_row * kv_heads + kv_head);
+      const size_t byte = at * Format::ROW_BYTES + part * 16;
       const uint4 zero = uint4(0);
-      *reinterpret_cast<threadgroup uint4*>(keys + slot_in_chunk * STRIDE + part * 8) =
-          valid ? *reinterpret_cast<const device uint4*>(k_pool + at) : zero;
-      *reinterpret_cast<threadgroup uint4*>(values + slot_in_chunk * STRIDE + part * 8) =
-          valid ? *reinterpret_cast<const device uint4*>(v_pool + at) : zero;
+      *reinterpret_cast<threadgroup uint4*>(keys + slot_in_chunk * STRIDE + part * 16) =
+          valid ? *reinterpret_cast<const device uint4*>(reinterpret_cast<const device uchar*>(k_pool) + byte) : zero;
+      *reinterpret_cast<threadgroup uint4*>(values + slot_in_chunk * STRIDE + part * 16) =
+          valid ? *reinterpret_cast<const device uint4*>(reinterpret_cast<const device uchar*>(v_pool) + byte) : zero;
+      if (part == 0) {   // a quantized row's scales (and zeros) with its first vector
+        Format::stage_scales(key_scales + slot_in_chunk * Format::SCALE_BYTES, scales.k_scales, scales.k_zeros, at,
+                             valid);
+        Format::stage_scales(value_scales + slot_in_chunk * Format::SCALE_BYTES, scales.v_scales, scales.v_zeros, at,
+                             valid);
+      }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (active) {
@@ -164,7 +233,9 @@ PARTIAL_SOURCE = r"""
           for (int kk = 0; kk < DK; ++kk) {
             simdgroup_matrix<float, 8, 8> kt;      // K^T tile: (dim fm, token fn + e)
             for (int e = 0; e < 2; ++e) {
-              kt.thread_elements()[e] = static_cast<float>(keys[(token0 + nt * 8 + fn + e) * STRIDE + kk * 8 + fm]);
+              const int token = token0 + nt * 8 + fn + e;
+              kt.thread_elements()[e] = Format::read(keys + token * STRIDE, key_scales + token * Format::SCALE_BYTES,
+                                                     kk * 8 + fm);
             }
             simdgroup_multiply_accumulate(s[0][nt], qf[0][kk], kt, s[0][nt]);
             simdgroup_multiply_accumulate(s[1][nt], qf[1][kk], kt, s[1][nt]);
@@ -227,8 +298,10 @@ PARTIAL_SOURCE = r"""
         for (int kt = 0; kt < NT; ++kt) {
           for (int dt = 0; dt < DT; ++dt) {
             simdgroup_matrix<float, 8, 8> vt;      // V tile: (token fm, dim fn + e)
+            const int token = token0 + kt * 8 + fm;
             for (int e = 0; e < 2; ++e) {
-              vt.thread_elements()[e] = static_cast<float>(values[(token0 + kt * 8 + fm) * STRIDE + dt * 8 + fn + e]);
+              vt.thread_elements()[e] = Format::read(values + token * STRIDE, value_scales + token * Format::SCALE_BYTES,
+                                                     dt * 8 + fn + e);
             }
             simdgroup_multiply_accumulate(acc[0][dt], s[0][kt], vt, acc[0][dt]);
             simdgroup_multiply_accumulate(acc[1][dt], s[1][kt], vt, acc[1][dt]);
@@ -397,6 +470,11 @@ CASCADE_MERGE_SOURCE = r"""
 """
 
 
+# One body for every page format: a float pool's kernel has no scale inputs, so its Scales are empty.
+FLOAT_PARTIAL_SOURCE = "  const mlxcel::Scales scales = {nullptr, nullptr, nullptr, nullptr};\n" + PARTIAL_SOURCE
+QUANTIZED_PARTIAL_SOURCE = "  const mlxcel::Scales scales = {k_scales, v_scales, k_zeros, v_zeros};\n" + PARTIAL_SOURCE
+
+
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):
     # Threadgroup memory is declared in the source (sized from template
     # constants); Metal takes no dynamic size here.
@@ -406,8 +484,8 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 
 # 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
 # D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
-KERNELS = FusedKernels(Platform("metal", HEADER, PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=2, chunk_tokens=32, stages=1))
+KERNELS = FusedKernels(Platform("metal", HEADER, FLOAT_PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
+                                warps=2, chunk_tokens=32, stages=1, quantized_partial_source=QUANTIZED_PARTIAL_SOURCE))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

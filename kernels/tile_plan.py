@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr, PagedCsrView
+from .kv_quant import KVQuant
 from .portable import requested_width
 
 HEADS_PER_WARP = 16       # query heads one warp owns: the M side of a 16-row matrix tile
@@ -42,6 +43,19 @@ LEVEL0_TARGET_BLOCKS = 256
 # 0.083-0.084 uncapped, 2048 x 64 0.075 against 0.088, 8192 x 64 even
 # (0.116 / 0.118); 32768 x 32 loses 6% (0.155 against 0.146).
 LEVEL0_MAX_WARPS_M = 2
+
+# int4 pages cap it at one: at two the kernel takes 171 registers a lane at
+# D=128 (the int4 values' scale and zero pairs, the two-warp layout's 32-token
+# softmax steps), and two such blocks leave no room for the level-1 block
+# launched beside them; at one it takes 166, three blocks as the float and
+# int8 layouts (tests/test_fused_sources.py). The head groups double, each
+# reading the tile's codes from L2.
+LEVEL0_MAX_WARPS_M_INT4 = 1
+
+
+def level0_max_warps_m(quant: KVQuant | None = None) -> int:
+    """Level 0's cap on head-splitting warps for pages of this format (None: float pages)."""
+    return LEVEL0_MAX_WARPS_M_INT4 if quant is not None and quant.affine else LEVEL0_MAX_WARPS_M
 
 # The shortest tile worth a block: below it a block spends more on its
 # prologue, its Q fragments and its merge slot than on reading KV.

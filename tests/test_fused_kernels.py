@@ -12,6 +12,14 @@ to the pool's dtype (relative 2^-9 for bf16, 2^-11 for f16): expected errors
 are ~1e-3 (bf16) and ~3e-4 (f16); 1e-2 and 3e-3 leave margin and stay far
 below the O(0.1) error of a wrong mask, tile boundary, head mapping or merge.
 
+Quantized pools ("int8", "int4") are checked against the float64 reference
+over the very codes they hold (reference.as_float64 dequantizes them), so
+quantization error is not in these numbers, only the kernel's operand
+rounding: its operands are float16, so q and the weights round as for an f16
+pool and the dequantized values once more (int8 keys stay exact codes, their
+scale applied to the float32 scores): ~5e-4 expected, f16's 3e-3 bound. A
+wrong scale, zero, nibble or channel order gives O(0.1) or more.
+
 CI has no GPU: these tests skip there (reason given); benchmarks/gpu_suite.sh
 runs them on the H200. The host-side logic is tested on the CPU by
 test_tile_plan.py and test_fused_sources.py.
@@ -40,8 +48,12 @@ pytestmark = pytest.mark.skipif(not mx.cuda.is_available(),
                                 reason="the fused CUDA kernels need a CUDA device (CI has none; "
                                        "benchmarks/gpu_suite.sh runs these on the GPU)")
 
-REL_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3}
-LSE_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3}
+REL_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3, "int8": 3e-3, "int4": 3e-3}
+LSE_TOL = {mx.bfloat16: 1e-2, mx.float16: 3e-3, "int8": 3e-3, "int4": 3e-3}
+POOLS = [mx.bfloat16, mx.float16, "int8", "int4"]   # float pools and quantized formats (paged_cases.random_pools)
+QUANTIZED = ["int8", "int4"]
+# Four levels deep (MAX_DEPTH), every level's span shared by two rows or more.
+DEEPEST = [(4, [(3, [(2, [(2, [1, 2]), 1]), 1]), 2]), (3, [1, 1])]
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
 OFF = CascadeConfig(enabled=False)
 
@@ -73,6 +85,11 @@ def check_partial(record_property, q, k_pool, v_pool, host, scale, o, lse, dtype
     assert lse_error <= LSE_TOL[dtype]
 
 
+def query_dtype(pool):
+    """The queries beside a pool: its own dtype, bf16 beside quantized pages."""
+    return mx.bfloat16 if isinstance(pool, str) else pool
+
+
 def run_partial(case, chunk_pages=None):
     assert fused.unsupported(AttentionShape.of(case.q, case.k_pool, case.scale)) is None   # not the fallback
     return cuda.paged_attention_partial(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale,
@@ -83,7 +100,7 @@ def run_partial(case, chunk_pages=None):
 @pytest.mark.parametrize("block_size", [16, 32])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", POOLS)
 def test_partial_matches_reference(rng, record_property, dtype, group, head_dim, block_size, chunk_pages):
     # Mixed lengths, partially filled last pages, first pages entered mid-page;
     # chunk_pages=2 cuts rows into several tiles, so the tile merge runs too.
@@ -92,15 +109,26 @@ def test_partial_matches_reference(rng, record_property, dtype, group, head_dim,
     check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
 
 
+@pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("q_dtype", [mx.bfloat16, mx.float16])
-def test_half_precision_queries(rng, record_property, q_dtype):
-    case = mixed_batch(rng, block_size=32, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=q_dtype)
+def test_half_precision_queries(rng, record_property, q_dtype, pool):
+    case = mixed_batch(rng, block_size=32, group=4, head_dim=128, dtype=pool, q_dtype=q_dtype)
     o, lse = run_partial(case)
-    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, mx.bfloat16)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, pool)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 3])
+@pytest.mark.parametrize("fmt", QUANTIZED)
+def test_quantized_pools_of_an_odd_kv_head_count(rng, record_property, fmt, kv_heads):
+    # An int8 row's scale is staged as the aligned pair of rows holding it;
+    # with an odd KV head count its half alternates from token to token.
+    case = mixed_batch(rng, block_size=16, kv_heads=kv_heads, group=4, head_dim=128, dtype=fmt)
+    o, lse = run_partial(case)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, fmt)
 
 
 @pytest.mark.parametrize("block_size", [16, 32])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", POOLS)
 def test_long_rows_are_split_into_tiles_and_merged(rng, record_property, dtype, block_size):
     # Serving shapes (8 KV heads x 4): rows of hundreds of pages cross many
     # 64-token chunks and several tiles; offsets and partial pages at both ends.
@@ -140,17 +168,18 @@ def test_exponent_base_follows_scores_along_a_row(rng, record_property, growing)
     check_partial(record_property, case.q, k_pool, case.v_pool, case.host, case.scale, o, lse, mx.bfloat16)
 
 
+@pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("members", [1, 3, 8, 32, 64])
-def test_stacked_heads_of_a_cascade_level_0(rng, record_property, members):
+def test_stacked_heads_of_a_cascade_level_0(rng, record_property, members, pool):
     # Level 0: one row of full shared pages, M * G stacked heads per KV head:
     # 4 (one warp tile) up to 256 (four head groups of 64 per block).
     kv_heads, group, d, block_size = 2, 4, 128, 32
     ids = fresh_blocks(rng, 40)
     host = host_csr([ids[:24]], [24 * block_size], block_size)
-    k_pool, v_pool = random_pools(rng, 40, block_size, kv_heads, d, mx.bfloat16)
+    k_pool, v_pool = random_pools(rng, 40, block_size, kv_heads, d, pool)
     q = stack_member_heads(random_query(rng, members, kv_heads * group, d), kv_heads)
     o, lse = cuda.paged_attention_partial(q, k_pool, v_pool, PagedCsrView.from_host(host), scale=d ** -0.5)
-    check_partial(record_property, q, k_pool, v_pool, host, d ** -0.5, o, lse, mx.bfloat16)
+    check_partial(record_property, q, k_pool, v_pool, host, d ** -0.5, o, lse, pool)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -185,12 +214,12 @@ def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, gr
         tables.append([next(ids) for _ in range(5)])
     tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
     return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=128,
-                     dtype=dtype, q_dtype=dtype, num_blocks=blocks)
+                     dtype=dtype, q_dtype=query_dtype(dtype), num_blocks=blocks)
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("members", [2, 8, 64])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", POOLS)
 def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, group):
     # Level 0 reads the members' queries through the member list (up to 512
     # stacked heads per KV head: eight head groups), level 1 the private
@@ -201,7 +230,7 @@ def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, 
     layout = attention.cascade_layout(case.csr, plan)
     o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.private_view(case.csr), layout.kernel_levels,
                             scale=case.scale)
-    assert o.dtype == dtype and o.shape == case.q.shape
+    assert o.dtype == query_dtype(dtype) and o.shape == case.q.shape
     o = np.array(o.astype(mx.float32))
     assert not np.isnan(o).any(), "an output element was never written"
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
@@ -209,12 +238,13 @@ def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, 
     assert error <= REL_TOL[dtype]
 
 
+@pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("outsider, tail_pages", [(False, 3), (True, 3), (False, 40), (True, 40)])
-def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, tail_pages):
+def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, tail_pages, pool):
     # The cascade merge skips its row lookups when every row is a member in
     # order and when every row has one level-1 state (a short tail); each of
     # the four combinations is a kernel variant of its own.
-    case = shared_prefix_case(rng, mx.bfloat16, members=8, outsider=outsider, tail_pages=tail_pages)
+    case = shared_prefix_case(rng, pool, members=8, outsider=outsider, tail_pages=tail_pages)
     plan = plan_cascade(case.csr, ON)
     layout = attention.cascade_layout(case.csr, plan)
     private = layout.private_view(case.csr)
@@ -226,13 +256,14 @@ def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, 
     assert not np.isnan(o).any(), "an output element was never written"
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
     record_property("relative_error_o", error)
-    assert error <= REL_TOL[mx.bfloat16]
+    assert error <= REL_TOL[pool]
 
 
-def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):
+@pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
+def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property, pool):
     # The planner's mixed batch: three members, a row sharing only two pages, a
     # mid-page row (dropped), an unrelated row; partial last pages everywhere.
-    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=pool, q_dtype=mx.bfloat16)
     metrics = OutcomeRecorder()
     o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
                                metrics=metrics)
@@ -240,10 +271,10 @@ def test_engine_cascade_with_dropped_and_unrelated_rows(rng, record_property):
     error = relative_error(np.array(o.astype(mx.float32)),
                            reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
     record_property("relative_error_o", error)
-    assert error <= REL_TOL[mx.bfloat16]
+    assert error <= REL_TOL[pool]
 
 
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", POOLS)
 def test_engine_cascade_on_the_fused_kernels(rng, record_property, dtype):
     case = shared_prefix_case(rng, dtype)
     metrics = OutcomeRecorder()
@@ -299,14 +330,16 @@ def test_plans_the_measured_cost_model_declines_run_flat(rng, monkeypatch, tmp_p
     assert relative_error(np.array(o.astype(mx.float32)), ref) <= REL_TOL[mx.bfloat16]
 
 
-@pytest.mark.parametrize("forest", FORESTS)
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("forest", [*FORESTS, "four deep"])
+@pytest.mark.parametrize("dtype", POOLS)
 def test_forest_cascade_on_the_fused_kernels(rng, record_property, dtype, forest):
     # Several groups (spans of different widths at one depth: the narrower
-    # pad), nesting up to three deep, rows shuffled, a mid-page and a one-page
-    # row beside them: one stacked launch per depth, the private level, the merge.
-    trees, groups, depth = FORESTS[forest]
-    case, _ = forest_batch(rng, trees, block_size=16, kv_heads=8, group=4, head_dim=128, dtype=dtype, q_dtype=dtype)
+    # pad), nesting up to three deep (four: MAX_DEPTH), rows shuffled, a
+    # mid-page and a one-page row beside them: one stacked launch per depth,
+    # the private level, the merge.
+    trees, groups, depth = FORESTS[forest] if forest in FORESTS else (DEEPEST, 2, fused.MAX_DEPTH)
+    case, _ = forest_batch(rng, trees, block_size=16, kv_heads=8, group=4, head_dim=128, dtype=dtype,
+                           q_dtype=query_dtype(dtype))
     metrics = OutcomeRecorder()
     o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
                                metrics=metrics)

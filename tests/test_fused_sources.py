@@ -21,6 +21,7 @@ from mlxcel.engine import attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import AttentionShape, cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels.kv_quant import INT4, INT8, QuantizedPages
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_merge, softmax_state
 from paged_cases import FORESTS, forest_batch, mixed_batch, rng  # noqa: F401  (rng is a fixture)
 
@@ -40,15 +41,24 @@ def block_registers(registers: int, warps: int = 4) -> int:
     return warps * -(-32 * registers // 256) * 256
 
 
-def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32) -> str:
+# A quantized format's name -> its codes' dtype name.
+CODE_DTYPES = {"int8": "int8", "int4": "uint8"}
+
+
+def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32,
+                 q_dtype: str = "float32") -> str:
+    """The partial kernel's unit for a float pool (its dtype's name) or a quantized one ("int8", "int4")."""
     p = cuda.KERNELS.platform
+    element = CODE_DTYPES.get(pool, pool)
+    names = fused.QUANTIZED_PARTIAL_INPUTS if pool in CODE_DTYPES else fused.PARTIAL_INPUTS
+    dtypes = {"q": q_dtype, "k_pool": element, "v_pool": element}
     return translation_unit(
-        "partial", cuda.LIBRARY, cuda.PARTIAL_CALL,
-        [("q", "float32"), ("k_pool", pool), ("v_pool", pool), ("indices", "int32"), ("last_page_len", "int32"),
-         ("tiles", "int32"), ("members", "int32")],
+        "partial", cuda.LIBRARY, cuda.QUANTIZED_PARTIAL_CALL if pool in CODE_DTYPES else cuda.PARTIAL_CALL,
+        [(name, dtypes.get(name, "float16" if name.endswith(("scales", "zeros")) else "int32")) for name in names],
         [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", "float32"), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m), ("STACKED", stacked),
-         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+        [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
+         ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def resources(report: str) -> tuple[int, int]:
@@ -58,8 +68,9 @@ def resources(report: str) -> tuple[int, int]:
 
 
 def partial_registers(tmp_path, pool: str, head_dim: int, warps_m: int, stacked: bool = False,
-                      block_size: int = 32) -> int:
-    registers, spills = resources(compile_unit(partial_unit(pool, head_dim, warps_m, stacked, block_size), tmp_path))
+                      block_size: int = 32, q_dtype: str = "float32") -> int:
+    unit = partial_unit(pool, head_dim, warps_m, stacked, block_size, q_dtype)
+    registers, spills = resources(compile_unit(unit, tmp_path))
     assert spills == 0
     return registers
 
@@ -74,6 +85,24 @@ def test_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_dim, warps
     # the last case is cascade level 0's layout.
     registers = partial_registers(tmp_path, pool, head_dim, warps_m, stacked, block_size)
     assert 3 * block_registers(registers) <= 65536
+
+
+@needs_nvcc
+@pytest.mark.parametrize("pool, head_dim, warps_m, stacked, block_size, q_dtype", [
+    ("int8", 128, 1, False, 32, "float32"), ("int8", 128, 2, False, 32, "bfloat16"), ("int8", 128, 1, False, 16, "float32"),
+    ("int8", 64, 1, False, 16, "float16"), ("int8", 128, tile_plan.level0_max_warps_m(INT8), True, 32, "bfloat16"),
+    ("int4", 128, 1, False, 32, "float32"), ("int4", 128, 1, False, 16, "bfloat16"), ("int4", 64, 1, False, 16, "float16"),
+    ("int4", 64, 2, False, 32, "float32"), ("int4", 128, tile_plan.level0_max_warps_m(INT4), True, 32, "bfloat16"),
+])
+def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_dim, warps_m, stacked, block_size,
+                                                            q_dtype):
+    # The int8 and int4 variants (codes dequantized in registers) keep the
+    # float kernel's budget: no spills, three blocks' registers per SM (their
+    # staging is smaller: 37 KB int8, 33 KB int4 at D=128), flat layouts and
+    # level 0's (int4 capped at one head-splitting warp: tile_plan).
+    registers = partial_registers(tmp_path, pool, head_dim, warps_m, stacked, block_size, q_dtype)
+    assert 3 * block_registers(registers) <= 65536
+    assert cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8 if pool == "int8" else INT4) <= 227 * 1024 // 3
 
 
 @needs_nvcc
@@ -182,6 +211,45 @@ def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     assert len(planned) == 7
 
 
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_quantized_pools_launch_their_codes_scales_and_zeros(rng, monkeypatch, fmt):
+    # A quantized pool's launches (flat and every cascade launch) hand the
+    # partial kernel the codes as k_pool / v_pool and their scales and zeros
+    # after them, in the kernel's input order; int8's zeros are one
+    # placeholder. The kernel is made with those names and its own staging.
+    made, launched = [], []
+
+    def kernel(**spec):
+        made.append(spec)
+
+        def run(inputs, init_value, **options):
+            launched.append((spec["input_names"], inputs))
+            return [mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]
+        return run
+    monkeypatch.setattr(mx.fast, "cuda_kernel", kernel)
+    kernels = fused.FusedKernels(cuda.KERNELS.platform)
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=fmt, q_dtype=mx.bfloat16)
+    assert isinstance(case.k_pool, QuantizedPages)
+    shape = AttentionShape.of(case.q, case.k_pool, 0.1)
+    plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    layout = attention.cascade_layout(case.csr, plan)
+    step = kernels.prepare_cascade(shape, case.csr.num_rows, layout.private_view(case.csr), layout.kernel_levels)
+    step(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
+    kernels.prepare_partial(case.csr, shape)(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
+    partials = [(names, inputs) for names, inputs in launched if names[0] == "q"]
+    assert len(partials) == plan.depth + 2                 # the stacked levels, the private level, the flat launch
+    for names, inputs in partials:
+        assert names == fused.QUANTIZED_PARTIAL_INPUTS
+        given = dict(zip(names, inputs))
+        for side, pool in (("k", case.k_pool), ("v", case.v_pool)):
+            assert given[f"{side}_pool"] is pool.codes and given[f"{side}_scales"] is pool.scales
+            zeros = given[f"{side}_zeros"]
+            assert zeros is pool.zeros if fmt == "int4" else (zeros.shape == (1,) and pool.zeros is None)
+    quant = INT8 if fmt == "int8" else INT4
+    partial_kernel = next(spec for spec in made if spec["input_names"][0] == "q")
+    assert partial_kernel["shared_memory"] == cuda.KERNELS.platform.staging_bytes(128, 4, quant)
+
+
 def test_a_cascade_of_the_same_levels_prepares_only_its_private_level(rng, monkeypatch):
     monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **_: (lambda inputs, init_value, **options: [
         mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]))
@@ -227,15 +295,17 @@ def tile_states(q, k_pool, v_pool, view, geometry, members, kv_heads):
     return np.stack(os), np.stack(lses)
 
 
-@pytest.mark.parametrize("forest", ["two groups", "three deep beside a group"])
-def test_the_cascade_merge_map_folds_each_rows_span_tiles(rng, monkeypatch, forest):
+@pytest.mark.parametrize("forest, pages", [("two groups", mx.float32), ("three deep beside a group", mx.float32),
+                                           ("three deep beside a group", "int4")])
+def test_the_cascade_merge_map_folds_each_rows_span_tiles(rng, monkeypatch, forest, pages):
     # The fused cascade's host side (tile plans, member tables, level map) with
     # the kernels modelled in float64 from the arrays they are given: each
     # row's private tiles plus, at each depth, its span's tiles at the
     # member's stacked head must fold into the flat result.
     monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **_: (lambda inputs, init_value, **options: [
         mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]))
-    case, _ = forest_batch(rng, FORESTS[forest][0], block_size=16, kv_heads=2, group=4, head_dim=64)
+    # (int4 pages: level 0 at one head-splitting warp, so more head groups.)
+    case, _ = forest_batch(rng, FORESTS[forest][0], block_size=16, kv_heads=2, group=4, head_dim=64, dtype=pages)
     plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
     layout = attention.cascade_layout(case.csr, plan)
     shape = AttentionShape.of(case.q, case.k_pool, 64 ** -0.5)
@@ -273,6 +343,19 @@ def sections(source: str) -> list[str]:
 def test_metal_twin_has_the_cuda_sections_in_order():
     assert sections(metal.PARTIAL_SOURCE) == sections(cuda.PARTIAL_SOURCE)
     assert len(sections(cuda.PARTIAL_SOURCE)) == 7
+    # One body for every page format on both platforms: a float pool's Metal
+    # kernel binds no scales, a quantized one binds every scale input.
+    platform = metal.KERNELS.platform
+    assert platform.partial_source.endswith(metal.PARTIAL_SOURCE)
+    assert platform.quantized_partial_source.endswith(metal.PARTIAL_SOURCE)
+    scale_inputs = [n for n in fused.QUANTIZED_PARTIAL_INPUTS if n not in fused.PARTIAL_INPUTS]
+    assert scale_inputs == ["k_scales", "v_scales", "k_zeros", "v_zeros"]
+    bound = platform.quantized_partial_source[:-len(metal.PARTIAL_SOURCE)]
+    unbound = platform.partial_source[:-len(metal.PARTIAL_SOURCE)]
+    assert all(f"{name}," in bound or f"{name}}}" in bound for name in scale_inputs)
+    assert not any(name in unbound for name in scale_inputs)
+    assert all(name in cuda.QUANTIZED_PARTIAL_CALL for name in scale_inputs)
+    assert not any(name in cuda.PARTIAL_CALL for name in scale_inputs)
     for name in ("PARTIAL_SOURCE", "MERGE_SOURCE", "CASCADE_MERGE_SOURCE", "cascade_decode", "takes"):
         assert hasattr(metal, name) and hasattr(cuda, name)
 
@@ -288,6 +371,23 @@ def test_staging_fits_each_platform():
     cuda_platform, metal_platform = cuda.KERNELS.platform, metal.KERNELS.platform
     assert cuda_platform.staging_bytes(128, cuda_platform.warps) <= 227 * 1024 // 3   # three blocks per H100/H200 SM
     assert metal_platform.staging_bytes(128, metal_platform.warps) <= 32 * 1024       # Apple's threadgroup memory
+
+
+def test_quantized_staging_counts_codes_rows_and_scales():
+    # The CUDA kernel's stage (CODE_STRIDE, SCALE_BYTES, SCALE_ARRAYS) as the
+    # host counts it, two stages of 64 tokens: int8 rows of D + 16 bytes and a
+    # 4-byte scale word per token for K and V; int4 rows of D/2 + 16 and
+    # D/32 scales and zeros; at most the float stage, never below the states.
+    p = cuda.KERNELS.platform
+    states = 4 * 16 * (128 + fused.STATE_EXTRA_FLOATS) * 4
+    assert p.staging_bytes(128, 4, INT8) == 2 * 64 * (2 * 144 + 2 * 4) > states
+    assert p.staging_bytes(64, 4, INT8) == 2 * 64 * (2 * 80 + 2 * 4)
+    assert p.staging_bytes(128, 4, INT4) == states > 2 * 64 * (2 * 80 + 4 * 8)
+    assert p.staging_bytes(128, 4, INT8) < p.staging_bytes(128, 4)
+    for name in ("CODE_STRIDE = ROW_BYTES + 16", "SCALE_BYTES = Format::AFFINE ? D / 32 * 2 : 4",
+                 "SCALE_ARRAYS = Format::AFFINE ? 4 : 2"):
+        assert name in cuda.PARTIAL_SOURCE
+    assert fused.CODE_ROW_PAD == 16 and "STRIDE = Format::ROW_BYTES + 16" in metal.PARTIAL_SOURCE
 
 
 def test_eight_warp_blocks_fit_their_states_in_the_staging_memory():
@@ -328,6 +428,14 @@ def test_unsupported_reasons():
         assert f"head dim {d}" in fused.unsupported(shape(d, mx.bfloat16))
     assert "pool dtype" in fused.unsupported(shape(64, mx.float32))
     assert fused.unsupported(shape(128, mx.float16)) is None
+    # Quantized pools (their codes' dtype): int8 and int4 at D 64 and 128, pages of an even size.
+    for codes in (mx.int8, mx.uint8):
+        for d in (64, 128):
+            assert fused.unsupported(shape(d, codes)) is None
+        for d in (32, 96):
+            assert f"head dim {d}" in fused.unsupported(shape(d, codes))
+        assert "block size 15" in fused.unsupported(shape(128, codes, block_size=15))
+        assert cuda.takes(shape(128, codes))
 
 
 def test_groups_of_one_merge_without_a_kernel(rng):
