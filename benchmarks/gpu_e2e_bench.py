@@ -254,7 +254,8 @@ def main() -> None:
     parser.add_argument("--kv-dtypes", default="bfloat16",
                         help="comma-separated KV page formats to run the engine arms on (bfloat16, int8, int4)")
     parser.add_argument("--fit-private", type=int, default=0,
-                        help="also count the sessions of this many own tokens each KV dtype's pool holds")
+                        help="also count the sessions of this many own tokens each --fit-kv-dtypes pool holds")
+    parser.add_argument("--fit-kv-dtypes", default="bfloat16,int8,int4")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),
@@ -272,7 +273,7 @@ def main() -> None:
     kv_dtypes = args.kv_dtypes.split(",")
     if args.fit_private:
         report["fit"] = {kv: sessions_that_fit(loaded, kv, args.fit_private, args.new_tokens, args.block_size, 0.1)
-                         for kv in kv_dtypes}
+                         for kv in args.fit_kv_dtypes.split(",")}
         print("fit", json.dumps(report["fit"]), flush=True)
         save()
     warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes))
