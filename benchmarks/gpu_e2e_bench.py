@@ -159,6 +159,8 @@ def sessions_that_fit(loaded: LoadedModel, kv_dtype: str, private: int, new_toke
     info = mx.device_info()
     total = info.get("total_memory") or info["memory_size"]     # CUDA's name, Metal's
     budget = int(total * (1 - headroom)) - mx.get_active_memory()
+    print("fit", kv_dtype, json.dumps({"device_info": info, "active": mx.get_active_memory(), "budget": budget}),
+          flush=True)
     engine = Engine(loaded, EngineConfig(block_size=block_size, pool_bytes=budget, kv_dtype=kv_dtype))
     pool = engine.pool
     allocated = sum(part.nbytes for layer in (*pool.keys, *pool.values)

@@ -159,15 +159,17 @@ def forced_logits(engine, prompts, forced):
 def mlx_lm_forced_logits(model, prompt, forced, bits):
     """mlx-lm's logits over the same forced tokens, its KV cache quantized
     (``QuantizedKVCache``: per-token affine groups, 64 channels at 8 bits as its
-    default, 32 at 4 bits as ours) or float (bits None)."""
+    default, 32 at 4 bits as ours) or float (bits None). On the CPU: MLX's CUDA
+    backend has no float32 quantized matmul for the cache's shapes."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    cache = make_prompt_cache(model) if bits is None else [
-        QuantizedKVCache(group_size=64 if bits == 8 else 32, bits=bits) for _ in model.layers]
-    logits = [model(mx.array([prompt]), cache=cache)[0, -1]]
-    for token in forced[:-1]:
-        logits.append(model(mx.array([[token]]), cache=cache)[0, -1])
-    return np.stack([np.array(x.astype(mx.float32)) for x in logits])
+    with mx.stream(mx.cpu):
+        cache = make_prompt_cache(model) if bits is None else [
+            QuantizedKVCache(group_size=64 if bits == 8 else 32, bits=bits) for _ in model.layers]
+        logits = [model(mx.array([prompt]), cache=cache)[0, -1]]
+        for token in forced[:-1]:
+            logits.append(model(mx.array([[token]]), cache=cache)[0, -1])
+        return np.stack([np.array(x.astype(mx.float32)) for x in logits])
 
 
 def rms_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
