@@ -649,23 +649,17 @@ PARTIAL_SOURCE = r"""
               for (int c = 0; c < ROW_BYTES / 16; c += 2) {
                 uint32_t b[4];
                 mlxcel::load_matrices_transposed(b, value_row + c * 16);
-                // Units c and c + 1 are groups c and c + 1: word c / 2 of each token's row.
-                const int j = c / 2;
-                const __half2 s01 = mlxcel::as_half2(scales_of[pair * WORDS + j]);
-                const __half2 s11 = mlxcel::as_half2(scales_of[(pair + 1) * WORDS + j]);
-                const __half2 s81 = mlxcel::as_half2(scales_of[(pair + 8) * WORDS + j]);
-                const __half2 s91 = mlxcel::as_half2(scales_of[(pair + 9) * WORDS + j]);
-                const __half2 z01 = mlxcel::as_half2(zeros_of[pair * WORDS + j]);
-                const __half2 z11 = mlxcel::as_half2(zeros_of[(pair + 1) * WORDS + j]);
-                const __half2 z81 = mlxcel::as_half2(zeros_of[(pair + 8) * WORDS + j]);
-                const __half2 z91 = mlxcel::as_half2(zeros_of[(pair + 9) * WORDS + j]);
                 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                   // Group c + h's scales and zeros of (pair, pair + 1) and (pair + 8, pair + 9).
-                  const __half2 sl = h ? __highs2half2(s01, s11) : __lows2half2(s01, s11);
-                  const __half2 sh = h ? __highs2half2(s81, s91) : __lows2half2(s81, s91);
-                  const __half2 zl = h ? __highs2half2(z01, z11) : __lows2half2(z01, z11);
-                  const __half2 zh = h ? __highs2half2(z81, z91) : __lows2half2(z81, z91);
+                  const int group_of = c + h;
+                  const __half* sc = reinterpret_cast<const __half*>(scales_of) + group_of;
+                  const __half* zr = reinterpret_cast<const __half*>(zeros_of) + group_of;
+                  constexpr int ROW = 2 * WORDS;   // halves per token row
+                  const __half2 sl = __halves2half2(sc[pair * ROW], sc[(pair + 1) * ROW]);
+                  const __half2 sh = __halves2half2(sc[(pair + 8) * ROW], sc[(pair + 9) * ROW]);
+                  const __half2 zl = __halves2half2(zr[pair * ROW], zr[(pair + 1) * ROW]);
+                  const __half2 zh = __halves2half2(zr[(pair + 8) * ROW], zr[(pair + 9) * ROW]);
                   const int tile = 4 * (c + h);
                   __half2 lo[4], hi[4];
                   mlxcel::nibble_pairs(b[2 * h], lo);
