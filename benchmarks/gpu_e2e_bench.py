@@ -159,16 +159,21 @@ def sessions_that_fit(loaded: LoadedModel, kv_dtype: str, private: int, new_toke
     info = mx.device_info()
     total = info.get("total_memory") or info["memory_size"]     # CUDA's name, Metal's
     budget = int(total * (1 - headroom)) - mx.get_active_memory()
-    print("fit", kv_dtype, json.dumps({"device_info": info, "active": mx.get_active_memory(), "budget": budget}),
-          flush=True)
-    engine = Engine(loaded, EngineConfig(block_size=block_size, pool_bytes=budget, kv_dtype=kv_dtype))
-    pool = engine.pool
-    allocated = sum(part.nbytes for layer in (*pool.keys, *pool.values)
-                    for part in (layer if isinstance(layer, tuple) else (layer,)) if part is not None)
-    per_session = -(-(private + new_tokens) // block_size)
-    result = {"pool_blocks": pool.num_blocks, "pool_gb": allocated / 1e9, "page_bytes": pool.geometry.bytes_per_block,
-              "pages_per_session": per_session, "sessions": pool.num_blocks // per_session}
-    release(engine)
+
+    def measure() -> dict:
+        engine = Engine(loaded, EngineConfig(block_size=block_size, pool_bytes=budget, kv_dtype=kv_dtype))
+        pool = engine.pool
+        allocated = sum(part.nbytes for layer in (*pool.keys, *pool.values)
+                        for part in (layer if isinstance(layer, tuple) else (layer,)) if part is not None)
+        per_session = -(-(private + new_tokens) // block_size)
+        engine.stop()
+        return {"pool_blocks": pool.num_blocks, "pool_gb": allocated / 1e9,
+                "page_bytes": pool.geometry.bytes_per_block, "pages_per_session": per_session,
+                "sessions": pool.num_blocks // per_session}
+
+    result = measure()      # the engine and its pool are unreachable now: collected here
+    gc.collect()
+    mx.clear_cache()
     return result
 
 

@@ -7,9 +7,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /
 mkdir -p /tmp/mlxcel-shim/mlxcel && ln -sfn $PWD/engine /tmp/mlxcel-shim/mlxcel/engine && ln -sfn $PWD/kernels /tmp/mlxcel-shim/mlxcel/kernels
 export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 echo "installed at $SECONDS s"
-MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan timeout 300 python3 -m pytest -q -p no:cacheprovider \
+MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan timeout ${TESTS_S:-540} python3 -m pytest -q -p no:cacheprovider -rf \
   tests/test_quantized_kv.py tests/test_layer_ops.py tests/test_layer_ops_sources.py tests/test_fused_kernels.py \
-  tests/test_attention.py tests/test_engine.py > $OUT/tests.log 2>&1
+  ${MORE_TESTS:-} > $OUT/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; grep -E "^FAILED|^ERROR|passed|failed" $OUT/tests.log | tail -12
 [ "${BENCH:-1}" = 1 ] || exit 0
 MLXCEL_KERNELS=fused timeout $((585 - SECONDS)) python3 benchmarks/gpu_attention_bench.py --out /tmp/att \
