@@ -200,11 +200,24 @@ __device__ __forceinline__ __half2 int8_pair(uint32_t flipped) {
   return __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, SELECTOR)), as_half2(0x64806480u));
 }
 
-// The nibbles at bits 4J..4J+3 of each 16-bit half of w (int4 codes 0..15),
-// as float16 exactly, by the same bias.
-template <int J>
-__device__ __forceinline__ __half2 nibble_pair(uint32_t w) {
-  return __hsub2(as_half2(((w >> (4 * J)) & 0x000f000fu) | 0x64006400u), as_half2(0x64006400u));
+// The four int4 code pairs of w (pair J: the nibbles at bits 4J..4J+3 of
+// each 16-bit half) as float16 exactly, Marlin's way: a nibble masked in
+// place under the exponent byte 0x64 (one LOP3) is 1024 + c at bits 0..3 or
+// 1024 + 16 c at bits 4..7, then c = x - 1024 or x / 16 - 64 (one HADD2 or
+// HFMA2, exact); one shift by 8 serves pairs 2 and 3.
+template <uint32_t MASK>
+__device__ __forceinline__ __half2 masked_under_bias(uint32_t w) {   // (w & MASK) | 0x64006400 in one LOP3
+  uint32_t x;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(x) : "r"(w), "n"(MASK), "n"(0x64006400u));
+  return as_half2(x);
+}
+__device__ __forceinline__ void nibble_pairs(uint32_t w, __half2 (&c)[4]) {
+  const __half2 bias = as_half2(0x64006400u), sixteenth = as_half2(0x2c002c00u), minus_64 = as_half2(0xd400d400u);
+  const uint32_t high = w >> 8;
+  c[0] = __hsub2(masked_under_bias<0x000f000fu>(w), bias);
+  c[1] = __hfma2(masked_under_bias<0x00f000f0u>(w), sixteenth, minus_64);
+  c[2] = __hsub2(masked_under_bias<0x000f000fu>(high), bias);
+  c[3] = __hfma2(masked_under_bias<0x00f000f0u>(high), sixteenth, minus_64);
 }
 
 // One MUFU.EX2: exp2f's denormal handling costs three more instructions a
@@ -521,11 +534,12 @@ PARTIAL_SOURCE = r"""
                                            : __low2half2(mlxcel::as_half2(scales_of[m / 2]));
                   const __half2 zero = m & 1 ? __high2half2(mlxcel::as_half2(zeros_of[m / 2]))
                                              : __low2half2(mlxcel::as_half2(zeros_of[m / 2]));
-                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m], mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(w[i]), sc, zero)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(w[i]), sc, zero)));
-                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m + 1],
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(w[i]), sc, zero)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(w[i]), sc, zero)));
+                  __half2 c[4];
+                  mlxcel::nibble_pairs(w[i], c);
+                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m], mlxcel::as_word(__hfma2(c[0], sc, zero)),
+                                       mlxcel::as_word(__hfma2(c[1], sc, zero)));
+                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m + 1], mlxcel::as_word(__hfma2(c[2], sc, zero)),
+                                       mlxcel::as_word(__hfma2(c[3], sc, zero)));
                 } else {
                   const uint32_t flipped = w[i] ^ 0x80808080u;
                   mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::int8_pair<0x4140>(flipped)),
@@ -635,33 +649,26 @@ PARTIAL_SOURCE = r"""
               for (int c = 0; c < ROW_BYTES / 16; c += 2) {
                 uint32_t b[4];
                 mlxcel::load_matrices_transposed(b, value_row + c * 16);
-                // Units c and c + 1 are groups c and c + 1: word c / 2 of each token's row.
-                const int j = c / 2;
-                const __half2 s01 = mlxcel::as_half2(scales_of[pair * WORDS + j]);
-                const __half2 s11 = mlxcel::as_half2(scales_of[(pair + 1) * WORDS + j]);
-                const __half2 s81 = mlxcel::as_half2(scales_of[(pair + 8) * WORDS + j]);
-                const __half2 s91 = mlxcel::as_half2(scales_of[(pair + 9) * WORDS + j]);
-                const __half2 z01 = mlxcel::as_half2(zeros_of[pair * WORDS + j]);
-                const __half2 z11 = mlxcel::as_half2(zeros_of[(pair + 1) * WORDS + j]);
-                const __half2 z81 = mlxcel::as_half2(zeros_of[(pair + 8) * WORDS + j]);
-                const __half2 z91 = mlxcel::as_half2(zeros_of[(pair + 9) * WORDS + j]);
                 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                   // Group c + h's scales and zeros of (pair, pair + 1) and (pair + 8, pair + 9).
-                  const __half2 sl = h ? __highs2half2(s01, s11) : __lows2half2(s01, s11);
-                  const __half2 sh = h ? __highs2half2(s81, s91) : __lows2half2(s81, s91);
-                  const __half2 zl = h ? __highs2half2(z01, z11) : __lows2half2(z01, z11);
-                  const __half2 zh = h ? __highs2half2(z81, z91) : __lows2half2(z81, z91);
+                  const int group_of = c + h;
+                  const __half* sc = reinterpret_cast<const __half*>(scales_of) + group_of;
+                  const __half* zr = reinterpret_cast<const __half*>(zeros_of) + group_of;
+                  constexpr int ROW = 2 * WORDS;   // halves per token row
+                  const __half2 sl = __halves2half2(sc[pair * ROW], sc[(pair + 1) * ROW]);
+                  const __half2 sh = __halves2half2(sc[(pair + 8) * ROW], sc[(pair + 9) * ROW]);
+                  const __half2 zl = __halves2half2(zr[pair * ROW], zr[(pair + 1) * ROW]);
+                  const __half2 zh = __halves2half2(zr[(pair + 8) * ROW], zr[(pair + 9) * ROW]);
                   const int tile = 4 * (c + h);
-                  const uint32_t lo = b[2 * h], hi = b[2 * h + 1];
-                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(lo), sl, zl)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<0>(hi), sh, zh)));
-                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(lo), sl, zl)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<1>(hi), sh, zh)));
-                  mlxcel::Mma<TM>::run(acc[tile + 2], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(lo), sl, zl)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<2>(hi), sh, zh)));
-                  mlxcel::Mma<TM>::run(acc[tile + 3], a, mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(lo), sl, zl)),
-                                       mlxcel::as_word(__hfma2(mlxcel::nibble_pair<3>(hi), sh, zh)));
+                  __half2 lo[4], hi[4];
+                  mlxcel::nibble_pairs(b[2 * h], lo);
+                  mlxcel::nibble_pairs(b[2 * h + 1], hi);
+                  #pragma unroll
+                  for (int u = 0; u < 4; ++u) {
+                    mlxcel::Mma<TM>::run(acc[tile + u], a, mlxcel::as_word(__hfma2(lo[u], sl, zl)),
+                                         mlxcel::as_word(__hfma2(hi[u], sh, zh)));
+                  }
                 }
               }
             } else {

@@ -44,11 +44,11 @@ LEVEL0_TARGET_BLOCKS = 256
 # (0.116 / 0.118); 32768 x 32 loses 6% (0.155 against 0.146).
 LEVEL0_MAX_WARPS_M = 2
 
-# int4 pages cap it at one: at two the kernel takes 171 registers a lane at
+# int4 pages cap it at one: at two the kernel takes 170 registers a lane at
 # D=128 (the int4 values' scale and zero pairs, the two-warp layout's 32-token
-# softmax steps), and two such blocks leave no room for the level-1 block
-# launched beside them; at one it takes 166, three blocks as the float and
-# int8 layouts (tests/test_fused_sources.py). The head groups double, each
+# softmax steps; 168 would allow three blocks), and two such blocks leave no
+# room for the level-1 block launched beside them; at one it takes 164, three
+# blocks as the float and int8 layouts (tests/test_fused_sources.py). The head groups double, each
 # reading the tile's codes from L2.
 LEVEL0_MAX_WARPS_M_INT4 = 1
 

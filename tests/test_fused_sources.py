@@ -477,3 +477,71 @@ def test_the_fused_cascade_takes_up_to_max_depth_levels(monkeypatch):
     assert kernels.cascade_max_depth(serving) is None
     with pytest.raises(ValueError, match="1 to 4 levels"):
         cuda.KERNELS.prepare_cascade(serving, 2, None, [None] * 5)
+
+
+def byte_perm(x: np.ndarray, y: int, selector: int) -> np.ndarray:
+    """CUDA's __byte_perm(x, y, s): result byte i is byte (s >> 4i) & 7 of the 8 bytes y:x."""
+    pool = (np.uint64(y) << np.uint64(32)) | x.astype(np.uint64)
+    out = np.zeros_like(x)
+    for i in range(4):
+        byte = (pool >> np.uint64(8 * ((selector >> (4 * i)) & 7))) & np.uint64(0xFF)
+        out |= byte.astype(np.uint32) << np.uint32(8 * i)
+    return out
+
+
+def halves(words: np.ndarray) -> np.ndarray:
+    """uint32 words as their two float16 halves (low first), in float64."""
+    return words.astype("<u4").view("<f2").astype(np.float64).reshape(-1, 2)
+
+
+def f16_fma(a, b, c) -> np.ndarray:
+    """HFMA2 per half: a * b + c, one rounding to float16 (exact in float64 for these operands)."""
+    return (a * b + c).astype(np.float16).astype(np.float64)
+
+
+def test_int8_pairs_convert_every_code_exactly():
+    # int8_pair: the codes' bytes with their sign bits flipped, bytes placed
+    # under 0x64 by the selector, minus 0x6480 (1152): every code in every
+    # byte of a word, by each selector the kernel uses, comes out exact.
+    source = cuda.HEADER[cuda.HEADER.index("__half2 int8_pair"):]
+    magic, bias = (int(x, 16) for x in re.search(r"0x(6464\w+)u, SELECTOR\)\), as_half2\(0x(\w+)u", source).groups())
+    codes = np.arange(-128, 128)
+    for selector, picked in ((0x4140, (0, 1)), (0x4342, (2, 3)), (0x4240, (0, 2)), (0x4341, (1, 3))):
+        for shift in range(4):   # the code under test in byte `shift`, other bytes random-ish
+            others = (0x5A3C_E17F ^ (0x01010101 * shift)) & ~np.uint32(0xFF << (8 * shift)) & 0xFFFFFFFF
+            words = (np.uint32(others) | ((codes.astype(np.uint32) & 0xFF) << np.uint32(8 * shift))).astype(np.uint32)
+            flipped = words ^ np.uint32(0x80808080)
+            got = halves(byte_perm(flipped, magic, selector)) - halves(np.array([bias], np.uint32))[0]
+            expect = np.stack([((words >> np.uint32(8 * b)) & 0xFF).astype(np.uint8).view(np.int8) for b in picked], 1)
+            np.testing.assert_array_equal(got, expect.astype(np.float64))
+
+
+def test_nibble_pairs_convert_every_code_exactly():
+    # nibble_pairs (Marlin's conversion): masks under 0x64006400, pairs 1 and
+    # 3 at bits 4..7 scaled by 1/16 - 64, pairs 2 and 3 from the word shifted
+    # by 8. Every nibble value at every position of a word comes out exact.
+    source = cuda.HEADER[cuda.HEADER.index("void nibble_pairs"):]
+    source = source[:source.index("\n}\n")]
+    assert "w >> 8" in source and source.count("0x64006400u") == 1
+    constants = dict(re.findall(r"(\w+) = as_half2\(0x(\w+)u\)", source))
+    bias, sixteenth, minus_64 = (halves(np.array([int(constants[n], 16)], np.uint32))[0]
+                                 for n in ("bias", "sixteenth", "minus_64"))
+    masks = [int(m, 16) for m in re.findall(r"masked_under_bias<0x(\w+)u>\((?:w|high)\)", source)]
+    assert masks == [0x000F000F, 0x00F000F0, 0x000F000F, 0x00F000F0]
+    lut = int(re.search(r'lop3\.b32 %0, %1, %2, %3, (0x\w+);', cuda.HEADER).group(1), 16)
+    assert lut == (0xF0 & 0xCC) | 0xAA                  # (a & b) | c
+
+    def masked(w, mask):
+        return (w & np.uint32(mask)) | np.uint32(0x64006400)
+
+    rng = np.random.default_rng(7)
+    words = rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32)
+    words[:16] = np.uint32(0x11111111) * np.arange(16, dtype=np.uint32)      # every nibble value everywhere
+    high = words >> np.uint32(8)
+    got = [halves(masked(words, masks[0])) - bias,
+           f16_fma(halves(masked(words, masks[1])), sixteenth, minus_64),
+           halves(masked(high, masks[2])) - bias,
+           f16_fma(halves(masked(high, masks[3])), sixteenth, minus_64)]
+    for j in range(4):   # pair j: the nibbles at bits 4j..4j+3 of each 16-bit half
+        expect = np.stack([(words >> np.uint32(16 * h + 4 * j)) & np.uint32(0xF) for h in (0, 1)], 1)
+        np.testing.assert_array_equal(got[j], expect.astype(np.float64))
