@@ -250,9 +250,8 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     tiles = page_tiles(csr, chunk_pages=int(host.num_pages().max()))   # one tile per row
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
     slots = tiles.width * block_size
-    index = (tiles.pages, slice(None), mx.arange(num_kv_heads, dtype=mx.int32)[None, :, None], slice(None))
-    keys = read_pages(k_pool, index, q.dtype).reshape(rows, num_kv_heads, slots, d)
-    values = read_pages(v_pool, index, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    keys = read_pages(k_pool, tiles.pages, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    values = read_pages(v_pool, tiles.pages, q.dtype).reshape(rows, num_kv_heads, slots, d)
 
     newest = tiles.full_slots - (block_size - csr.last_page_len) - 1           # slot of each row's last token
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit

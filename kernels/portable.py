@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr, PagedCsrView
-from .kv_quant import Pages, read_pages
+from .kv_quant import Pages, read_scaled
 from .shape import AttentionShape, check_inputs
 
 LOG2E = 1.0 / math.log(2.0)
@@ -128,14 +128,17 @@ def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, las
     q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * (scale * LOG2E)).reshape(count, hkv, group, d))
     # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
     # tokens land contiguous, so the matmuls need no transposed copy.
-    # A quantized pool's codes are gathered and dequantized here, in float32.
-    index = (tiles.pages, slice(None), mx.arange(hkv, dtype=mx.int32)[None, :, None], slice(None))
-    keys = read_pages(k_pool, index, mx.float32).reshape(count, hkv, slots, d)
-    values = read_pages(v_pool, index, mx.float32).reshape(count, hkv, slots, d)
+    # A quantized pool's codes are gathered and dequantized here, in float32;
+    # int8's token scales multiply the scores and the softmax weights instead.
+    keys, key_scales = read_scaled(k_pool, tiles.pages)
+    values, value_scales = read_scaled(v_pool, tiles.pages)
+    keys, values = keys.reshape(count, hkv, slots, d), values.reshape(count, hkv, slots, d)
 
     # Scores transposed, [S, Hkv, slots, G]: keys @ q^T is the faster matmul
     # orientation on reference BLAS (no dot-product inner loop) and no slower elsewhere.
     scores = keys @ q_tiles.swapaxes(-1, -2)
+    if key_scales is not None:
+        scores = scores * key_scales.reshape(count, hkv, slots, 1)
     end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
     slot = mx.arange(slots, dtype=mx.int32)
     valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
@@ -144,6 +147,8 @@ def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, las
     top = scores.max(axis=-2, keepdims=True)                     # finite: every tile has a token
     weights = exp2(scores - top)
     total = weights.sum(axis=-2, keepdims=True)                  # [S, Hkv, 1, G]
+    if value_scales is not None:
+        weights = weights * value_scales.reshape(count, hkv, slots, 1)
     o = (weights.swapaxes(-1, -2) @ values) / total.swapaxes(-1, -2)
     lse = top + mx.log2(total)
     return o.reshape(count, hq, d), lse.reshape(count, hq)
