@@ -163,8 +163,7 @@ def sessions_that_fit(loaded: LoadedModel, kv_dtype: str, private: int, new_toke
     def measure() -> dict:
         engine = Engine(loaded, EngineConfig(block_size=block_size, pool_bytes=budget, kv_dtype=kv_dtype))
         pool = engine.pool
-        allocated = sum(part.nbytes for layer in (*pool.keys, *pool.values)
-                        for part in (layer if isinstance(layer, tuple) else (layer,)) if part is not None)
+        allocated = sum(layer.nbytes for layer in (*pool.keys, *pool.values))   # codes, scales, zeros
         per_session = -(-(private + new_tokens) // block_size)
         engine.stop()
         return {"pool_blocks": pool.num_blocks, "pool_gb": allocated / 1e9,

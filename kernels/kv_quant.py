@@ -121,7 +121,7 @@ class QuantizedPages(NamedTuple):
             self.zeros[blocks, offsets] = zeros
 
     def gather(self, pages: mx.array) -> "QuantizedPages":
-        """Every part at ``pages`` [..., P] in ``gather_heads``' layout."""
+        """Every part at block ids ``pages`` [S, 1, P], in ``gather_heads``' layout."""
         return QuantizedPages(*(None if part is None else gather_heads(part, pages) for part in self))
 
 
