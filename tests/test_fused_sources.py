@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from cuda_unit import compile_unit, nvcc, translation_unit
+from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel import kernels
 from mlxcel.engine import attention
 from mlxcel.engine.cascade import plan_cascade
@@ -59,12 +59,6 @@ def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, 
         [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
          ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
-
-
-def resources(report: str) -> tuple[int, int]:
-    registers = int(re.search(r"Used (\d+) registers", report).group(1))
-    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill", report))
-    return registers, spills
 
 
 def partial_registers(tmp_path, pool: str, head_dim: int, warps_m: int, stacked: bool = False,
