@@ -31,7 +31,7 @@ from .config import CascadeConfig, EngineConfig
 from .decode_plan import DecodeOutcome
 from .metrics import EngineMetrics
 from .model import LoadedModel
-from .pool import BlockPool, PoolGeometry
+from .pool import BlockPool, PoolGeometry, dtype_name
 from .prefix_cache import PrefixCache
 from .runner import Launched, ModelRunner
 from .scheduler import Scheduler, ScheduledStep
@@ -39,7 +39,7 @@ from .sequence import SamplingParams, Sequence, SequenceStatus, TokenLogprob
 from .snapshot import (EngineSnapshot, PlanView, PoolView, RankView, SequenceView, SpanView, StepRecord,
                        TensorParallelView)
 from .stat_logger import StatLogger
-from .tensor_parallel import PoolFacts, Ranks, dtype_name, model_facts
+from .tensor_parallel import PoolFacts, Ranks, model_facts
 
 log = logging.getLogger("mlxcel.engine")
 

@@ -18,6 +18,7 @@ from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, CollectorRegist
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .decode_plan import CASCADE, CASCADE_FALLBACK, GATHER, DecodeOutcome
+from .pool import dtype_name
 
 # No `_created` series beside each counter and histogram: scrapers ignore them and they double the output.
 prometheus_client.disable_created_metrics()
@@ -132,7 +133,7 @@ class EngineMetrics:
         """Expose the engine's configuration, and its pool, prefix cache and
         queue, read at scrape time."""
         pool, config = engine.pool, engine.config
-        self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": _dtype_name(engine.loaded.dtype),
+        self.info.info({"model": engine.loaded.name, "device": engine.device, "dtype": dtype_name(engine.loaded.dtype),
                         "kv_dtype": pool.geometry.kv_dtype, "block_size": str(pool.block_size),
                         "num_blocks": str(pool.num_blocks),
                         "kv_cache_bytes": str(pool.num_blocks * pool.geometry.bytes_per_block),
@@ -152,10 +153,6 @@ class EngineMetrics:
             self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:
             self.cascade_failures.inc(launches)
-
-
-def _dtype_name(dtype: mx.Dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")   # "float32", as the CLI names it
 
 
 class _EngineCollector:

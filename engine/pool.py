@@ -24,6 +24,11 @@ FLOAT_KV_DTYPES = ("float32", "float16", "bfloat16")
 KV_DTYPES = (*FLOAT_KV_DTYPES, *FORMATS)
 
 
+def dtype_name(dtype: mx.Dtype) -> str:
+    """A float dtype as the CLI names it: "float32", "bfloat16"."""
+    return str(dtype).removeprefix("mlx.core.")
+
+
 class PoolExhausted(RuntimeError):
     """More blocks were asked for than the pool can hand out."""
 
@@ -59,7 +64,7 @@ class PoolGeometry:
     @property
     def kv_dtype(self) -> str:
         """The pages' format as the CLI names it: "bfloat16", "int8", ..."""
-        return self.quant.name if self.quant else str(self.dtype).removeprefix("mlx.core.")
+        return self.quant.name if self.quant else dtype_name(self.dtype)
 
     @property
     def page_dtype(self) -> mx.Dtype:

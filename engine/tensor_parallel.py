@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
-from .pool import FLOAT_KV_DTYPES, KV_DTYPES
+from .pool import KV_DTYPES
 from .step_inputs import StepInputs
 
 log = logging.getLogger("mlxcel.tensor_parallel")
@@ -90,10 +90,6 @@ class PoolFacts:
     num_blocks: int
     block_size: int
     dtype: str
-
-
-def dtype_name(dtype: mx.Dtype) -> str:
-    return next(name for name in FLOAT_KV_DTYPES if getattr(mx, name) == dtype)
 
 
 def model_facts(loaded) -> tuple[int, ...]:

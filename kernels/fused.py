@@ -206,7 +206,8 @@ def unsupported(shape: AttentionShape) -> str | None:
     d, quant = shape.head_dim, shape.kv_quant
     if quant is not None:
         if d not in QUANTIZED_HEAD_DIMS:
-            return f"head dim {d} of {quant.name} pages (fused kernels read {' or '.join(map(str, QUANTIZED_HEAD_DIMS))})"
+            dims = " or ".join(map(str, QUANTIZED_HEAD_DIMS))
+            return f"head dim {d} of {quant.name} pages (fused kernels read {dims})"
         if shape.block_size % 2:
             # A staged int8 scale's half is its row's parity, found from the token's (pages of an even size).
             return f"block size {shape.block_size} of {quant.name} pages (fused kernels read even page sizes)"
@@ -271,9 +272,7 @@ class FusedKernels:
         [R, Hq, D] in place."""
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
-        kernel = self._kernel("quantized_partial", d, layout.warps, quant) if quant else self._kernel("partial", d,
-                                                                                                     layout.warps)
-        return Launch(kernel, dict(
+        return Launch(self._kernel("quantized_partial" if quant else "partial", d, layout.warps, quant), dict(
             # The page size is a template constant: page lookups become shifts.
             template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                       ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
