@@ -129,7 +129,8 @@ class DecodePlan:
     """A decode step's attention for one page layout and one reading of the settings."""
 
     def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape,
-                 nested: bool = True, previous: CascadeLaunch | None = None) -> None:
+                 nested: bool = True, previous: CascadeLaunch | None = None,
+                 decision: StepDecision | None = None) -> None:
         self.structure = csr.structure
         self.settings = settings
         self.shape = shape
@@ -137,8 +138,10 @@ class DecodePlan:
         self._flat: Launch | None = None
         self._cascade: CascadeLaunch | None = None
         self._failure: str | None = None
-        decision = (decide_step(csr, settings, shape, nested) if settings.enabled
-                    else StepDecision(None, "cascade off", None))
+        if decision is None:
+            decision = (decide_step(csr, settings, shape, nested) if settings.enabled
+                        else StepDecision(None, "cascade off", None))
+        self.decision = decision
         self.plan, self._reason, self.predicted_saving_s = decision.plan, decision.reason, decision.predicted_saving_s
         self.span_savings_s = None if decision.model is None or self.plan is None else tuple(
             decision.model.span_saving(shape, s.pages, len(s.members)) for s in self.plan.spans)
@@ -186,7 +189,10 @@ class DecodePlan:
 
 class DecodePlanner:
     """Plans each decode step, keeping the last plan while its page layout,
-    the settings and the shape are unchanged (a failed plan is made anew)."""
+    the settings and the shape are unchanged (a failed plan is made anew).
+    A layout that only grew from the last one (staggered rows crossing page
+    boundaries on different steps) keeps the last decision: its spans' pages
+    are unchanged, so only the launches over the rows' own pages are prepared."""
 
     def __init__(self, nested: bool | None = None) -> None:
         self._last: DecodePlan | None = None
@@ -194,12 +200,14 @@ class DecodePlanner:
 
     def plan(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> DecodePlan:
         last = self._last
-        if (last is None or last.failed or last.structure is not csr.structure or last.settings != settings
-                or last.shape != shape):
+        if last is None or last.failed or last.shape != shape:
+            self._last = DecodePlan(csr, settings, shape, self.nested)
+        elif last.structure is not csr.structure or last.settings != settings:
             # A new layout keeps the last one's level launches where its spans are the same.
-            previous = last.cascade_launch if last is not None and not last.failed and last.shape == shape else None
-            last = self._last = DecodePlan(csr, settings, shape, self.nested, previous)
-        return last
+            grown = last.settings == settings and last.structure.lineage is csr.structure.lineage
+            self._last = DecodePlan(csr, settings, shape, self.nested, last.cascade_launch,
+                                    last.decision if grown else None)
+        return self._last
 
 
 _logged_outcomes: set[str] = set()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import paged_prefill_attention
 from .decode_plan import DecodePlan
+from .layer_halves import LayerHalves
 from .pool import BlockPool
 
 # model_type (as in config.json) -> the mlx-lm module implementing it
@@ -143,6 +145,7 @@ def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type:
     for index, layer in enumerate(model.layers):
         layer.self_attn = PagedAttention(layer.self_attn, index, head_dim)
         layer.mlp = FusedMLP(layer.mlp)
+        layer.halves = LayerHalves(layer)
         mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
     return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
                        attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
@@ -193,18 +196,18 @@ class PagedAttention(nn.Module):
         self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, attn.rope,
                                self.get("q_norm"), self.get("k_norm"))
 
-    def __call__(self, x: mx.array, mask: Any = None, cache: "StepContext | None" = None) -> mx.array:
-        if not isinstance(cache, StepContext):
-            raise TypeError("the engine's model layers run only inside an engine step")
-        rows = x.shape[0]                                     # one token per row: [T, 1, hidden]
+    def project(self, ops: ComposedOps, x: mx.array, positions: mx.array,
+                slots: PoolSlots | None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        """x [T, 1, hidden] -> q [T, Hq, D], k and v [T, Hkv, D] normalized and
+        roped at ``positions``; with ``slots`` the ops may store k and v into
+        the pool themselves (then both None)."""
         if "qkv_proj" in self:
-            q, k, v = cache.ops.split_heads(self.heads, self.qkv_proj(x), cache.positions, cache.slots(self.layer))
-        else:
-            q, k, v = self.heads.rotate(self.q_proj(x), self.k_proj(x), self.v_proj(x), cache.positions)
-        if k is not None:     # else the kernel stored them (layer_ops: the pool written in place)
-            cache.pool.write(self.layer, cache.slot_blocks, cache.slot_offsets, k, v)
-        o = cache.attend(self.layer, q, self.scale)
-        return self.o_proj(o.reshape(rows, 1, self.n_heads * self.head_dim))
+            return ops.split_heads(self.heads, self.qkv_proj(x), positions, slots)
+        return self.heads.rotate(self.q_proj(x), self.k_proj(x), self.v_proj(x), positions)
+
+    def output(self, o: mx.array) -> mx.array:
+        """The attention's o [T, Hq, D] -> o_proj's [T, 1, hidden]."""
+        return self.o_proj(o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
 
 
 class FusedMLP(nn.Module):
@@ -247,14 +250,7 @@ class StepContext:
     prefill_csr: PagedCsrView | None = None
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
     store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
-
-    def slots(self, layer: int) -> PoolSlots | None:
-        if not self.store_in_kernel:
-            return None
-        return PoolSlots(self.pool.keys[layer], self.pool.values[layer], self.slot_blocks, self.slot_offsets)
-
-    def make_mask(self, *args, **kwargs) -> None:
-        return None  # mlx-lm asks its cache for a mask; the paged kernels mask by page table
+    traced: bool = False           # the layers' ops around attention run traced (layer_halves says when)
 
     def attend(self, layer: int, q: mx.array, scale: float) -> mx.array:
         """q [T, Hq, D] -> o [T, Hq, D] in q's dtype."""
@@ -273,20 +269,20 @@ class StepContext:
 def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.array:
     """The final norm's output [T, 1, hidden]: mlx-lm's pre-norm decoder
     (Llama, Mistral, Qwen2 and Qwen3 alike) with each residual add folded
-    into the norm that follows it."""
+    into the norm that follows it, each layer's ops around its attention
+    traced where the step says (``layer_halves``)."""
     inner, ops = model.model, ctx.ops
     h = inner.embed_tokens(tokens)
     residual = None
     for layer in inner.layers:
-        norm = layer.input_layernorm
-        if residual is None:
-            residual, x = h, norm(h)
-        else:
-            residual, x = ops.add_rms_norm(residual, h, norm.weight, norm.eps)
-        h = layer.self_attn(x, cache=ctx)
-        norm = layer.post_attention_layernorm
-        residual, x = ops.add_rms_norm(residual, h, norm.weight, norm.eps)
-        h = layer.mlp(x)
+        halves: LayerHalves = layer.halves
+        before, after = halves.traced(ops) if ctx.traced else (partial(halves.before, ops), partial(halves.after, ops))
+        index = layer.self_attn.layer
+        pools = (ctx.pool.keys[index], ctx.pool.values[index]) if ctx.store_in_kernel else (None, None)
+        residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools)
+        if k is not None:     # else the ops stored them (layer_ops: the pool written in place)
+            ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)
+        residual, h = after(residual, ctx.attend(index, q, layer.self_attn.scale))
     return ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
 
 

@@ -19,6 +19,7 @@ from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
+from .layer_halves import traced_layers_wanted
 from .model import LoadedModel, StepContext, final_hidden, head_logits
 from .pool import BlockPool
 from .sampler import Sampled, Sampler
@@ -56,6 +57,7 @@ class ModelRunner:
         self.sampler = Sampler()
         self.csr_builder = CsrBuilder(pool.block_size)
         self.planner = DecodePlanner()
+        self.traced_layers = traced_layers_wanted()
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
                                     pool.geometry.page_dtype, pool.block_size, loaded.scale)
 
@@ -109,7 +111,8 @@ class ModelRunner:
                           # Only where every read of the pool takes q (what orders the store before the reads):
                           # the fused decode kernels do, a prefill chunk's gather does not.
                           store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
-                                           and kernels.fused_takes(self.shape)))
+                                           and kernels.fused_takes(self.shape)),
+                          traced=inputs.prefill_table is None and self.traced_layers)
         outcomes = []
         if rows:
             ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1)

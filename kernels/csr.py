@@ -50,7 +50,13 @@ class PageStructure:
 
     Views built from unchanged page tables share one instance, so a decode
     plan, which depends only on the layout, is kept while it is the same.
+    ``lineage`` is shared by layouts that only grew from one another (the same
+    rows, each row's pages its old pages and more): a plan's spans hold across
+    them, only the rows' private pages differ.
     """
+
+    def __init__(self, grown_from: "PageStructure | None" = None) -> None:
+        self.lineage = self if grown_from is None else grown_from.lineage
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,17 +119,28 @@ def host_csr(
         raise ValueError("a block table holds fewer pages than its token count needs")
     indptr = np.zeros(rows + 1, np.int32)
     np.cumsum(pages, out=indptr[1:])
-    indices = np.fromiter(
-        (b for t, n in zip(tables, pages) for b in t[:n]), np.int32, int(indptr[-1])
-    )
+    indices = (np.concatenate([np.asarray(t[:n], np.int32) for t, n in zip(tables, pages.tolist())]) if rows
+               else np.zeros(0, np.int32))
     last = (counts - (pages - 1) * block_size).astype(np.int32)
     return HostCsr(indptr, indices, last, offsets, block_size)
+
+
+def grew_from(old: HostCsr, new: HostCsr) -> bool:
+    """Whether ``new`` has ``old``'s rows with each row's old pages first."""
+    if old.num_rows != new.num_rows or not np.array_equal(old.first_page_offset, new.first_page_offset):
+        return False
+    old_pages = old.num_pages()
+    if (new.num_pages() < old_pages).any():
+        return False
+    at = np.repeat(new.indptr[:-1] - old.indptr[:-1], old_pages) + np.arange(len(old.indices))
+    return bool(np.array_equal(new.indices[at], old.indices))
 
 
 class CsrBuilder:
     """Builds each step's view, re-uploading the page layout only when some
     row's block table changed (the key says so); last_page_len is rebuilt
-    every step because it moves with every decoded token."""
+    every step because it moves with every decoded token. A layout that only
+    grew from the last one keeps its lineage (``PageStructure``)."""
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -136,7 +153,9 @@ class CsrBuilder:
               first_page_offset: Sequence[int] | None = None) -> PagedCsrView:
         if key != self._key or self._host is None:
             host = host_csr(tables, num_tokens, self.block_size, first_page_offset)
-            self._key, self._host, self._structure, self._device = key, host, PageStructure(), None
+            grown = self._host is not None and grew_from(self._host, host)
+            self._structure = PageStructure(self._structure if grown else None)
+            self._key, self._host, self._device = key, host, None
         else:
             counts = np.asarray(num_tokens, np.int64)
             pages = np.diff(self._host.indptr)

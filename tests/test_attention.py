@@ -17,6 +17,7 @@ from mlxcel.engine.cascade import CascadePlan, SharedSpan, plan_cascade
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
 from mlxcel.kernels import AttentionShape, CsrBuilder
+from mlxcel.kernels.csr import grew_from, host_csr
 from mlxcel.kernels.reference import reference_decode, reference_prefill
 from paged_cases import (ATOL, FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,  # noqa: F401
                          mixed_batch, rng)  # rng is a fixture
@@ -191,8 +192,9 @@ def test_one_plan_per_step_kept_while_the_layout_and_settings_hold(rng, monkeypa
         for _layer in range(6):
             o = plan.attend(case.q, case.k_pool, case.v_pool, csr.last_page_len)
         np.testing.assert_allclose(np.array(o), want, atol=CASCADE_ATOL, rtol=0)
-        # Same layout and settings: the same plan; a new layout or setting: one scan, one preparation.
-        assert len(scans) == len(prepared) == [1, 1, 2, 3][step]
+        # Same layout and settings: the same plan. The same pages under a new key (a layout that grew by
+        # nothing): the decision kept, the launch prepared again. New settings: one scan, one preparation.
+        assert len(scans) == [1, 1, 1, 2][step] and len(prepared) == [1, 1, 2, 3][step]
         assert plan.outcome.kind == "cascade"
 
 
@@ -361,11 +363,30 @@ def test_launches_per_step_do_not_grow_with_the_groups(rng, monkeypatch, groups)
                                                              case.scale), atol=ATOL, rtol=0)
 
 
+def test_a_layout_grew_from_another_only_by_pages_after_each_rows_own():
+    old = host_csr([[5, 6, 9], [5, 7]], [40, 20], 16)
+    assert grew_from(old, host_csr([[5, 6, 9, 11], [5, 7]], [49, 21], 16))       # a page more, a token more
+    assert grew_from(old, old)
+    assert not grew_from(old, host_csr([[5, 6, 8], [5, 7]], [40, 20], 16))       # a page replaced
+    assert not grew_from(old, host_csr([[5, 6], [5, 7]], [30, 20], 16))          # a page fewer
+    assert not grew_from(old, host_csr([[5, 6, 9]], [40], 16))                   # a row gone
+    assert not grew_from(old, host_csr([[5, 7], [5, 6, 9]], [20, 40], 16))       # rows reordered
+    assert not grew_from(old, host_csr([[5, 6, 9], [5, 7]], [40, 20], 16, [3, 0]))   # a window moved
+    builder = CsrBuilder(16)
+    first = builder.build("a", [[5, 6, 9], [5, 7]], [40, 20]).structure
+    grown = builder.build("b", [[5, 6, 9, 11], [5, 7]], [49, 21]).structure
+    other = builder.build("c", [[5, 6, 8], [5, 7]], [40, 20]).structure
+    assert grown is not first and grown.lineage is first.lineage and other.lineage is not first.lineage
+
+
 def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkeypatch):
     # Staggered sessions cross page boundaries on different steps: the new
     # layout has the same spans, so only the private level is prepared again.
     case, _ = forest_batch(rng, [(5, [(3, [1, 2]), 1, 2])], block_size=16)
     counts = counted_launches(monkeypatch)
+    scans = []
+    real_decide = cascade.decide
+    monkeypatch.setattr(cascade, "decide", lambda *a: scans.append(a) or real_decide(*a))
     builder, planner = CsrBuilder(16), DecodePlanner()
     tables = [case.host.pages(r).tolist() for r in range(case.host.num_rows)]
     tokens = (case.host.num_tokens() + case.host.first_page_offset).tolist()
@@ -379,6 +400,7 @@ def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkey
     second = planner.plan(csr, ON.snapshot(), shape_of(case))
     assert second is not first and second.plan.spans == first.plan.spans
     assert counts["prepared"] == 5                               # the private level only
+    assert len(scans) == 1                                       # and the page tables not scanned again
     o = second.attend(case.q, case.k_pool, case.v_pool, csr.last_page_len)
     np.testing.assert_allclose(np.array(o), reference_decode(case.q, case.k_pool, case.v_pool, csr.host,
                                                              case.scale), atol=ATOL, rtol=0)
@@ -388,3 +410,4 @@ def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkey
     tokens[member] = 17
     third = planner.plan(builder.build("c", tables, tokens, offsets), ON.snapshot(), shape_of(case))
     assert third.plan.spans != second.plan.spans and counts["prepared"] == 5 + 2 + third.plan.depth
+    assert len(scans) == 2

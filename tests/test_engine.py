@@ -169,6 +169,30 @@ def test_cascade_on_and_off_give_the_same_tokens(tiny_loaded, make_engine):
         "mlxcel_paged_decode_launches_total", {"path": "cascade"})
 
 
+def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engine, monkeypatch):
+    # mx.compile replays the same ops and its fused elementwise kernels keep each op's dtype, so every
+    # step's logits (rows of different lengths crossing pages on different steps, cascade on) are the
+    # plain path's bit for bit.
+    from mlxcel.engine.layer_halves import LayerHalves
+    traced = []
+    real = LayerHalves.traced
+    monkeypatch.setattr(LayerHalves, "traced", lambda self, ops: traced.append(ops) or real(self, ops))
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 80)
+    prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
+    runs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+        runs[mode] = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2, block_size=16), prompts, 20)
+        assert bool(traced) == (mode == "on")
+    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        assert len(row) == len(plain_row) == 20
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+
+
 def test_second_request_hits_the_prefix_cache_and_pages_return(tiny_loaded, make_engine):
     engine = make_engine()
     baseline = engine.pool.num_available
