@@ -64,6 +64,7 @@ class LoadedModel:
     def set_dtype(self, dtype: mx.Dtype) -> None:
         """Cast the float weights (quantized ones stay quantized); the activations follow."""
         self.model.set_dtype(dtype)
+        prepare_linears(self.model)
         attn = self.model.layers[0].self_attn
         self.dtype = activation_dtype(attn.qkv_proj if "qkv_proj" in attn else attn.q_proj)
 
@@ -147,6 +148,7 @@ def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type:
         layer.mlp = FusedMLP(layer.mlp)
         layer.halves = LayerHalves(layer)
         mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
+        prepare_linears(layer)
     return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
                        attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
 
@@ -176,6 +178,45 @@ def fuse_linears(parts: list[nn.Module]) -> nn.Module | None:
     return fused
 
 
+class Linear(nn.Module):
+    """nn.Linear whose weight's transpose is an evaluated view, made once
+    (``prepare``): nn.Linear adds a transpose to the graph at every call, one
+    more op a step for the host to build and for MLX to encode (four a layer);
+    the matmul is the same. A weight replaced since is transposed per call."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight = linear.weight
+        if "bias" in linear:
+            self.bias = linear.bias
+        self._transposed: tuple[mx.array, mx.array] | None = None   # (the weight, its evaluated transpose)
+
+    def prepare(self) -> None:
+        transposed = self.weight.T
+        mx.eval(transposed)
+        self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
+
+    def __call__(self, x: mx.array) -> mx.array:
+        weight, prepared = self.weight, self._transposed
+        transposed = prepared[1] if prepared is not None and prepared[0] is weight else weight.T
+        if "bias" in self:
+            return mx.addmm(self.bias, x, transposed)
+        return x @ transposed
+
+
+def engine_linear(linear: nn.Module) -> nn.Module:
+    """A float nn.Linear as the engine's ``Linear``; other layers (quantized: their matmul takes the weight as
+    stored) as they are."""
+    return Linear(linear) if type(linear) is nn.Linear else linear
+
+
+def prepare_linears(model: nn.Module) -> None:
+    """Transpose every engine ``Linear``'s weight once, after the weights are final."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.prepare()
+
+
 class PagedAttention(nn.Module):
     """mlx-lm's Llama/Mistral/Qwen2/Qwen3 attention on the pool."""
 
@@ -187,10 +228,10 @@ class PagedAttention(nn.Module):
         projections = [attn.q_proj, attn.k_proj, attn.v_proj]
         fused = fuse_linears(projections)
         if fused is not None:
-            self.qkv_proj = fused
+            self.qkv_proj = engine_linear(fused)
         else:
-            self.q_proj, self.k_proj, self.v_proj = projections
-        self.o_proj = attn.o_proj
+            self.q_proj, self.k_proj, self.v_proj = map(engine_linear, projections)
+        self.o_proj = engine_linear(attn.o_proj)
         if "q_norm" in attn:  # Qwen3 normalizes each head's q and k
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, attn.rope,
@@ -218,11 +259,11 @@ class FusedMLP(nn.Module):
         parts = [mlp.gate_proj, mlp.up_proj]
         fused = fuse_linears(parts)
         if fused is not None:
-            self.gate_up_proj = fused
+            self.gate_up_proj = engine_linear(fused)
             self.hidden = mlp.gate_proj.weight.shape[0]
         else:
-            self.gate_proj, self.up_proj = parts
-        self.down_proj = mlp.down_proj
+            self.gate_proj, self.up_proj = map(engine_linear, parts)
+        self.down_proj = engine_linear(mlp.down_proj)
 
     def __call__(self, x: mx.array) -> mx.array:
         if "gate_up_proj" in self:

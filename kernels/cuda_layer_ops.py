@@ -52,10 +52,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 template <typename T, typename TW, int THREADS, int PER, int EPS_BITS, typename S>
-__device__ __forceinline__ void add_rms_norm(const T* residual, const S& residual_shape, const T* delta,
-                                             const TW* weight, T* out_sum, T* out_norm) {
+__device__ __forceinline__ void add_rms_norm(const T* residual, const S& residual_shape, int residual_ndim,
+                                             const T* delta, const TW* weight, T* out_sum, T* out_norm) {
   __shared__ float partial[THREADS / 32];
-  const int width = residual_shape[1];
+  const int width = residual_shape[residual_ndim - 1];   // a row per block, whatever the leading axes
   const size_t base = size_t(blockIdx.x) * width;
   // Every load first (PER independent pairs in flight), then the stores.
   float sum[PER];
@@ -266,7 +266,8 @@ __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, co
 }  // namespace mlxcel_layer
 """
 
-ADD_RMS_NORM_CALL = ("mlxcel_layer::add_rms_norm<T, TW, THREADS, PER, EPS_BITS>(residual, residual_shape, delta, "
+ADD_RMS_NORM_CALL = ("mlxcel_layer::add_rms_norm<T, TW, THREADS, PER, EPS_BITS>(residual, residual_shape, "
+                     "residual_ndim, delta, "
                      "weight, out_sum, out_norm);")
 SPLIT_INPUTS = ["qkv", "q_weight", "k_weight", "positions", "inv_freq"]
 
@@ -345,13 +346,14 @@ class CudaOps(ComposedOps):
         rows = residual.size // width
         kernel = self._kernel("add_rms_norm", ["residual", "delta", "weight"], ["out_sum", "out_norm"],
                               ADD_RMS_NORM_CALL)
+        # The arrays as they come ([T, 1, hidden]): a reshape is one more op for the host to build and encode.
         total, normed = kernel(
-            inputs=[residual.reshape(rows, width), delta.reshape(rows, width), weight],
+            inputs=[residual, delta, weight],
             template=[("T", residual.dtype), ("TW", weight.dtype), ("THREADS", THREADS), ("PER", per_thread),
                       ("EPS_BITS", float_bits(eps))],
             grid=(rows * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
-            output_shapes=[(rows, width), (rows, width)], output_dtypes=[residual.dtype, residual.dtype])
-        return total.reshape(shape), normed.reshape(shape)
+            output_shapes=[shape, shape], output_dtypes=[residual.dtype, residual.dtype])
+        return total, normed
 
     def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
                     slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
@@ -370,7 +372,7 @@ class CudaOps(ComposedOps):
                     ("NORM", norm), ("TRADITIONAL", traditional),
                     ("EPS_BITS", float_bits(heads.q_norm.eps if norm else 0.0)),
                     ("SCALE_BITS", float_bits(position_scale))]
-        inputs = [qkv.reshape(rows, -1), *weights, positions.astype(mx.int32), inv_freq]
+        inputs = [qkv, *weights, positions.astype(mx.int32), inv_freq]   # qkv [T, 1, width]: rows lead
         launch = dict(grid=(-(-rows * (hq + 2 * hkv) // 4) * 128, 1, 1), threadgroup=(128, 1, 1))
         if slots is None:
             q, k, v = self._kernel("split_heads", SPLIT_INPUTS, ["q_out", "k_out", "v_out"], split_heads_call(None))(

@@ -43,6 +43,8 @@ def translation_unit(name: str, header: str, source: str, inputs: list[tuple[str
         params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")
         if f"{arg}_shape" in source:
             params.append(f"    const __grid_constant__ Shape {arg}_shape")
+        if f"{arg}_ndim" in source:
+            params.append(f"    const __grid_constant__ int {arg}_ndim")
     params += [f"    {CUDA_TYPES[dtype]}* {arg}" for arg, dtype in outputs]
     def constant(name, value) -> str:
         if isinstance(value, bool):

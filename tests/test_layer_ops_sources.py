@@ -53,6 +53,19 @@ def test_store_kernel_compiles_without_spills(tmp_path, quant, head_dim, norm, t
     assert spills == 0 and registers <= 64
 
 
+@needs_nvcc
+def test_add_rms_norm_kernel_compiles_for_rows_of_any_leading_shape(tmp_path):
+    # It reads its width from the last axis (residual_ndim), so [T, 1, hidden] goes in without a reshape.
+    unit = translation_unit("add_rms_norm", cuda_layer_ops.LIBRARY, cuda_layer_ops.ADD_RMS_NORM_CALL,
+                            [("residual", "bfloat16"), ("delta", "bfloat16"), ("weight", "bfloat16")],
+                            [("out_sum", "bfloat16"), ("out_norm", "bfloat16")],
+                            [("T", "bfloat16"), ("TW", "bfloat16"), ("THREADS", 256), ("PER", 16),
+                             ("EPS_BITS", float_bits(1e-6))])
+    assert "int residual_ndim" in unit
+    _, spills = resources(compile_unit(unit, tmp_path))
+    assert spills == 0
+
+
 def test_pool_store_names_what_the_kernel_writes():
     pool = (16, 16, 2)
     assert pool_store(mx.zeros((*pool, 128), mx.bfloat16), 128) == 0
