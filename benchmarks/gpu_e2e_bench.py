@@ -51,13 +51,12 @@ from mlx_lm.utils import _get_classes, load_config, load_tokenizer
 
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
-from mlxcel.engine.graph_limits import lift_graph_byte_limit
 from mlxcel.engine.model import LoadedModel, on_pool
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
 
-# MLX's CUDA graph sizes (its defaults on an H200: 100 kernels or 1000 MB of inputs a graph; the byte bound
-# lifted as the CLI lifts it, engine/graph_limits.py), recorded with each run.
+# MLX's CUDA graph sizes (its defaults on an H200: 100 kernels or 1000 MB of inputs a graph); recorded with
+# each run, as larger graphs measured slower end to end.
 MLX_GRAPH_LIMITS = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER")
 QWEN3_8B = dict(model_type="qwen3", num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                 intermediate_size=12288)
@@ -247,7 +246,6 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
 
 
 def main() -> None:
-    lift_graph_byte_limit()     # as the CLI does: the engine as a user runs it (mlx-lm's arm shares it)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/qwen3-8b-random"),

@@ -36,7 +36,6 @@ from mlx.utils import tree_flatten
 import gpu_e2e_bench as e2e
 from gpu_timeline import complete_events, union_length
 from mlxcel.engine.engine import Engine
-from mlxcel.engine.graph_limits import lift_graph_byte_limit
 from mlxcel.engine.model import LoadedModel, load_model
 from mlxcel.kernels.layer_ops import LAYER_OPS_ENV
 
@@ -175,7 +174,6 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
-    lift_graph_byte_limit()     # as the CLI does: the engine as a user runs it
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", type=Path, help="a model directory (default: the 8B-shaped random model)")

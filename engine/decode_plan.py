@@ -130,16 +130,13 @@ class DecodePlan:
 
     def __init__(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape,
                  nested: bool = True, previous: CascadeLaunch | None = None,
-                 decision: StepDecision | None = None, traced: bool = False) -> None:
+                 decision: StepDecision | None = None) -> None:
         self.structure = csr.structure
         self.settings = settings
         self.shape = shape
         self._csr = csr
-        # Traced (mx.compile): the layers call one launch per plan, so its ops are built once, not per layer.
-        self._trace = mx.compile if traced else (lambda launch: launch)
         self._flat: Launch | None = None
         self._cascade: CascadeLaunch | None = None
-        self._cascade_call: Launch | None = None
         self._failure: str | None = None
         if decision is None:
             decision = (decide_step(csr, settings, shape, nested) if settings.enabled
@@ -149,11 +146,10 @@ class DecodePlan:
         self.span_savings_s = None if decision.model is None or self.plan is None else tuple(
             decision.model.span_saving(shape, s.pages, len(s.members)) for s in self.plan.spans)
         if self.plan is None:
-            self._flat = self._trace(prepare_flat_launch(csr, shape))
+            self._flat = prepare_flat_launch(csr, shape)
             return
         try:
             self._cascade = prepare_cascade_launch(csr, self.plan, shape, previous)
-            self._cascade_call = self._trace(self._cascade)
         except Exception as error:  # a layout the cascade cannot launch: flat serves the step
             self._fail(error)
 
@@ -170,13 +166,13 @@ class DecodePlan:
 
     def attend(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
         """One layer: q [R, Hq, D] -> o [R, Hq, D] in q's dtype."""
-        if self._cascade_call is not None and self._failure is None:
+        if self._cascade is not None and self._failure is None:
             try:
-                return self._cascade_call(q, k_pool, v_pool, last_page_len)
+                return self._cascade(q, k_pool, v_pool, last_page_len)
             except Exception as error:  # any failure of the planned launch: flat serves the rest of the step
                 self._fail(error)
         if self._flat is None:
-            self._flat = self._trace(prepare_flat_launch(self._csr, self.shape))
+            self._flat = prepare_flat_launch(self._csr, self.shape)
         return self._flat(q, k_pool, v_pool, last_page_len)
 
     @property
@@ -198,20 +194,19 @@ class DecodePlanner:
     boundaries on different steps) keeps the last decision: its spans' pages
     are unchanged, so only the launches over the rows' own pages are prepared."""
 
-    def __init__(self, nested: bool | None = None, traced: bool = False) -> None:
+    def __init__(self, nested: bool | None = None) -> None:
         self._last: DecodePlan | None = None
         self.nested = nested_from_env() if nested is None else nested
-        self.traced = traced     # plans trace their launches (the runner says, as for the layers)
 
     def plan(self, csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape) -> DecodePlan:
         last = self._last
         if last is None or last.failed or last.shape != shape:
-            self._last = DecodePlan(csr, settings, shape, self.nested, traced=self.traced)
+            self._last = DecodePlan(csr, settings, shape, self.nested)
         elif last.structure is not csr.structure or last.settings != settings:
             # A new layout keeps the last one's level launches where its spans are the same.
             grown = last.settings == settings and last.structure.lineage is csr.structure.lineage
             self._last = DecodePlan(csr, settings, shape, self.nested, last.cascade_launch,
-                                    last.decision if grown else None, self.traced)
+                                    last.decision if grown else None)
         return self._last
 
 

@@ -56,8 +56,8 @@ class ModelRunner:
         self.ranks = ranks
         self.sampler = Sampler()
         self.csr_builder = CsrBuilder(pool.block_size)
+        self.planner = DecodePlanner()
         self.traced_layers = traced_layers_wanted()
-        self.planner = DecodePlanner(traced=self.traced_layers)
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
                                     pool.geometry.page_dtype, pool.block_size, loaded.scale)
 

@@ -13,7 +13,7 @@ import click
 
 from mlxcel.engine.limits import ServerLimits
 
-from mlxcel.engine import allocator, blas, graph_limits
+from mlxcel.engine import allocator, blas
 from .options import (CliError, api_key_options, cascade_options, debug_option, limit_options, model_options,
                       parallel_options, pool_options, record_option, session_options)
 from .workload import (build_engine, check_ranks, follow_as_rank, join_ranks, served_model, start_sessions,
@@ -339,7 +339,6 @@ def _exit(status: int) -> None:
 def _prepare_process() -> None:
     blas.reexec_with_openblas()
     allocator.keep_heap()
-    graph_limits.lift_graph_byte_limit()
 
 
 def tui_main() -> None:

@@ -74,13 +74,3 @@ def test_a_module_run_with_dash_m_reexecs_as_itself(tmp_path):
     out = subprocess.run([sys.executable, "-m", "probe", "--flag"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.split("\n") == ["start", "start", "True ['--flag']", ""]
-
-
-def test_graph_byte_bound_is_lifted_unless_set(monkeypatch):
-    from mlxcel.engine import graph_limits
-    monkeypatch.delenv(graph_limits.MB_PER_BUFFER_ENV, raising=False)
-    graph_limits.lift_graph_byte_limit()
-    assert int(os.environ[graph_limits.MB_PER_BUFFER_ENV]) == graph_limits.LIFTED_MB
-    monkeypatch.setenv(graph_limits.MB_PER_BUFFER_ENV, "200")
-    graph_limits.lift_graph_byte_limit()
-    assert os.environ[graph_limits.MB_PER_BUFFER_ENV] == "200"     # a user's setting stands
