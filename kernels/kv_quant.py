@@ -22,6 +22,8 @@ in the kernel that stores a decode step's K/V into the pool.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
@@ -168,6 +170,14 @@ def dequantize(pages: QuantizedPages, dtype: mx.Dtype = mx.float32) -> mx.array:
     return x.reshape(*lead, d).astype(dtype)
 
 
+@functools.cache
+def head_index(heads: int) -> mx.array:
+    """[1, heads, 1] head ids, made once (gathers of every layer index with it)."""
+    index = mx.arange(heads, dtype=mx.int32)[None, :, None]
+    mx.eval(index)
+    return index
+
+
 def gather_heads(part: mx.array, pages: mx.array) -> mx.array:
     """One pool array [blocks, block_size, Hkv, W] at block ids ``pages``
     [S, 1, P] as [S, Hkv, P, block_size, W]: each head's tokens contiguous.
@@ -175,8 +185,7 @@ def gather_heads(part: mx.array, pages: mx.array) -> mx.array:
     transposed: MLX's gather pays per slice, and a slice per token and head of
     one scale cost as much as the codes' (measured 4x slower on the CPU)."""
     if part.shape[-1] >= 16:
-        heads = mx.arange(part.shape[2], dtype=mx.int32)[None, :, None]
-        return part[pages, :, heads, :]
+        return part[pages, :, head_index(part.shape[2]), :]
     blocks, block_size, hkv, width = part.shape
     by_page = part.reshape(blocks, -1)[pages[:, 0]]                     # [S, P, block_size * Hkv * W]
     by_page = by_page.reshape(*by_page.shape[:2], block_size, hkv, width)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -115,9 +115,19 @@ def page_tiles(csr: PagedCsrView, chunk_pages: int | None = None) -> PageTiles:
     return build_tiles(csr.host, requested_width(chunk_pages) or tile_width(csr.host.num_pages()))
 
 
-def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, last_page_len: mx.array,
+def tile_mask(tiles: PageTiles, last_page_len: mx.array, block_size: int) -> mx.array:
+    """[S, 1, slots, 1]: which slots of each tile hold one of its row's tokens
+    this step (the same in every layer)."""
+    end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
+    slot = mx.arange(tiles.width * block_size, dtype=mx.int32)
+    valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
+    return valid[:, None, :, None]
+
+
+def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, mask: mx.array,
                 scale: float) -> tuple[mx.array, mx.array]:
-    """Softmax state of every tile: o [S, Hq, D] float32 normalized, lse [S, Hq] log2."""
+    """Softmax state of every tile (``mask``: tile_mask's): o [S, Hq, D]
+    float32 normalized, lse [S, Hq] log2."""
     _, hq, d = q.shape
     block_size, hkv = k_pool.shape[1], k_pool.shape[2]
     group = hq // hkv
@@ -139,10 +149,7 @@ def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, las
     scores = keys @ q_tiles.swapaxes(-1, -2)
     if key_scales is not None:
         scores = scores * key_scales.reshape(count, hkv, slots, 1)
-    end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
-    slot = mx.arange(slots, dtype=mx.int32)
-    valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
-    scores = mx.where(valid[:, None, :, None], scores, -mx.inf)
+    scores = mx.where(mask, scores, -mx.inf)
 
     top = scores.max(axis=-2, keepdims=True)                     # finite: every tile has a token
     weights = exp2(scores - top)
@@ -219,18 +226,22 @@ def no_states(rows: int, q: mx.array) -> tuple[mx.array, mx.array]:
 @dataclass(frozen=True)
 class PartialLaunch:
     """paged_attention_partial over one page layout, its host work done:
-    called with each step's (q, k_pool, v_pool, last_page_len)."""
+    called with each step's (q, k_pool, v_pool, last_page_len). The layers of
+    a step pass one last_page_len: its tile mask is built once, for all."""
 
     tiles: PageTiles
     merge: MergeLayout | None   # None: one tile per row
     shape: AttentionShape
     rows: int
+    _mask: list = field(default_factory=lambda: [None, None], compare=False, repr=False)  # [last_page_len, mask]
 
     def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array,
                  last_page_len: mx.array) -> tuple[mx.array, mx.array]:
         if self.tiles.num_tiles == 0:
             return no_states(self.rows, q)
-        o, lse = tile_states(q, k_pool, v_pool, self.tiles, last_page_len, self.shape.scale)
+        if self._mask[0] is not last_page_len:
+            self._mask[:] = last_page_len, tile_mask(self.tiles, last_page_len, self.shape.block_size)
+        o, lse = tile_states(q, k_pool, v_pool, self.tiles, self._mask[1], self.shape.scale)
         return (o, lse) if self.merge is None else merge_with(o, lse, self.merge)
 
 
