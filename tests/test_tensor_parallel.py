@@ -41,8 +41,10 @@ def run_ranks(model: Path, out: Path, env: dict[str, str]) -> None:
     assert out.exists(), done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_two_ranks_match_one_device(family, llama_model_path, tiny_model_path, tmp_path, mlxcel_home):
+# The llama run traces the layers' halves (a GPU's default: all_sum inside mx.compile), on both sides.
+@pytest.mark.parametrize("family, traced", [("llama", "on"), ("qwen3", "off")])
+def test_two_ranks_match_one_device(family, traced, llama_model_path, tiny_model_path, tmp_path, mlxcel_home,
+                                    monkeypatch):
     """Greedy tokens equal and every step's logits equal up to the reordered
     float32 sums of the sharded matmuls (all_sum adds two partial products:
     a few ulps of logits ~10 in size, so 1e-4 absolute), through cascade on,
@@ -52,8 +54,9 @@ def test_two_ranks_match_one_device(family, llama_model_path, tiny_model_path, t
 
     model = llama_model_path if family == "llama" else tiny_model_path
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", traced)
     tp_workload.run(str(model), str(one))
-    run_ranks(model, two, cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="60"))
+    run_ranks(model, two, cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="60", MLXCEL_TRACED_LAYERS=traced))
     a, b = np.load(one), np.load(two)
     assert int(a["tensor_parallel"]) == 1 and int(b["tensor_parallel"]) == 2
     # The run exercised what it claims: cascade launches, preemptions, the cancel, tokens that vary.
