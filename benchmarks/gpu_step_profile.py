@@ -7,7 +7,8 @@ For each arm (cascade on, off) the engine serves ``sessions`` prompts behind
 a ``shared``-token prefix, ``new_tokens`` greedy tokens each, and for every
 full-batch decode step reports its wall time, the engine's host time
 (scheduling, planning, building the graph) and the rest, MLX's (encoding and
-running the kernels, waiting for them), from the engine's own step records.
+running the kernels, waiting for them), from the engine's own step records,
+and of MLX's part the time inside ``mx.async_eval`` (encoding).
 On a CUDA device with torch importable, ``profile_steps`` steady decode steps
 also run under PyTorch's profiler (CUPTI sees MLX's kernels): kernels per step
 and the GPU's busy time per step (union of kernel intervals) against the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import statistics
@@ -129,18 +131,39 @@ class Window:
             self.prof = None
 
 
+@contextlib.contextmanager
+def timed_async_eval():
+    """The seconds of every mx.async_eval call meanwhile, in order: the engine makes one a step (MLX encoding
+    the step's kernels; it waits only once ten committed graphs are in flight)."""
+    real, seconds = mx.async_eval, []
+
+    def timed(*arrays):
+        start = time.perf_counter()
+        real(*arrays)
+        seconds.append(time.perf_counter() - start)
+
+    mx.async_eval = timed
+    try:
+        yield seconds
+    finally:
+        mx.async_eval = real
+
+
 def profile_arm(loaded: LoadedModel, batch: list[list[int]], args, cascade: bool, bandwidth: float,
                 weights: int) -> dict:
     engine = e2e.make_engine(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared)
     window = Window(gpu_profiler(), len(batch), args.profile_steps, args.skip_steps)
-    run = e2e.run_engine(engine, batch, args.new_tokens, window)
+    with timed_async_eval() as encode_s:
+        run = e2e.run_engine(engine, batch, args.new_tokens, window)
     records = [r for r in engine.snapshot.recent_steps if r.kind == "decode" and r.batch == len(batch)]
     e2e.release(engine)
     floor_s = (weights + window.kv_bytes) / bandwidth
     wall = statistics.median(r.seconds for r in records)
+    encode = statistics.median(encode_s[r.step - 1] for r in records)   # step n's graph: the n-th call
+    device = statistics.median(r.device_seconds for r in records)
     return {"tokens_per_s": run["decode_tokens_per_s"], "steps": len(records),
             "wall_ms": 1e3 * wall, "host_ms": 1e3 * statistics.median(r.host_seconds for r in records),
-            "device_ms": 1e3 * statistics.median(r.device_seconds for r in records),
+            "device_ms": 1e3 * device, "encode_ms": 1e3 * encode,
             "wall_ms_each": [round(1e3 * r.seconds, 3) for r in records],
             "host_ms_each": [round(1e3 * r.host_seconds, 3) for r in records],
             "kv_bytes_per_step": window.kv_bytes, "floor_ms": 1e3 * floor_s, "wall_over_floor": wall / floor_s,
@@ -151,13 +174,15 @@ def table(report: dict) -> str:
     lines = [f"{report['device']}; weights {report['weight_bytes'] / 1e9:.3f} GB; copy bandwidth "
              f"{report['copy_bandwidth_Bps'] / 1e9:.0f} GB/s; {report['sessions']} sessions x {report['shared']} "
              "shared tokens", "",
-             "| arm | tok/s | step ms | host ms | device ms | KV GB | floor ms | / floor | kernels | GPU ms | GPU % |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | tok/s | step ms | host ms | encode ms | device ms | KV GB | floor ms | / floor | kernels "
+             "| GPU ms | GPU % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in report["arms"].items():
         gpu = (f"{r['kernels_per_step']:.0f} | {r['gpu_busy_ms_per_step']:.2f} | {100 * r['gpu_busy_share']:.0f}%"
                if r.get("profiled") else " |  | ")
         lines.append(f"| {name} | {r['tokens_per_s']:.0f} | {r['wall_ms']:.2f} | {r['host_ms']:.2f} "
-                     f"| {r['device_ms']:.2f} | {r['kv_bytes_per_step'] / 1e9:.2f} | {r['floor_ms']:.2f} "
+                     f"| {r['encode_ms']:.2f} | {r['device_ms']:.2f} | {r['kv_bytes_per_step'] / 1e9:.2f} "
+                     f"| {r['floor_ms']:.2f} "
                      f"| {r['wall_over_floor']:.2f} | {gpu} |")
     return "\n".join(lines)
 
