@@ -130,7 +130,9 @@ class Ranks:
         """One line for a run whose ranks did not all end well, else None."""
         if not self.ended and not self.errors:
             return None
-        what = "; ".join(self.ended) if self.ended else "a rank failed"
+        # By rank, not by when the launcher saw each end: a rank that fails makes the others' collectives fail
+        # too, in whichever order (rank 0 decides, so its end comes first).
+        what = "; ".join(sorted(self.ended, key=lambda e: int(e.split()[1]))) if self.ended else "a rank failed"
         cause = f" ({'; '.join(self.errors)})" if self.errors else ""
         return f"{what}{cause}; the tensor-parallel run stopped"
 

@@ -217,3 +217,14 @@ async def test_the_dashboard_attached_to_a_two_rank_server_shows_the_ranks(mlxce
                 assert f" · r{r['rank']} MLX {fmt.size(r['active_memory_bytes'])} (peak " in text
     finally:
         server.kill()
+
+
+def test_the_failure_line_names_the_ranks_in_rank_order():
+    # The launcher reports the ranks' ends as it sees them; a failed rank 0 often shows after rank 1, whose
+    # collective broke because of it.
+    from mlxcel_tui.launch import Ranks
+
+    ranks = Ranks(process=None, on_line=lambda line: None,
+                  ended=["rank 1 exited with status 1", "rank 0 exited with status 1"], errors=["no pool"])
+    assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 1 (no pool); "
+                               "the tensor-parallel run stopped")
