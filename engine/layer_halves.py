@@ -74,6 +74,10 @@ class LayerHalves:
         residual, x = ops.add_rms_norm(residual, layer.self_attn.output(o), norm.weight, norm.eps)
         return residual, layer.mlp(x)
 
+    def forget_traces(self) -> None:
+        """Drop the traces: they hold the layer's weights as of their tracing (called when the weights change)."""
+        self._traced.clear()
+
     def traced(self, ops: ComposedOps) -> tuple[Callable, Callable]:
         """``before`` and ``after`` traced for ``ops`` (the step's layer ops)."""
         pair = self._traced.get(ops)

@@ -65,6 +65,8 @@ class LoadedModel:
         """Cast the float weights (quantized ones stay quantized); the activations follow."""
         self.model.set_dtype(dtype)
         prepare_linears(self.model)
+        for layer in self.model.layers:
+            layer.halves.forget_traces()
         attn = self.model.layers[0].self_attn
         self.dtype = activation_dtype(attn.qkv_proj if "qkv_proj" in attn else attn.q_proj)
 

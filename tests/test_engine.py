@@ -193,6 +193,21 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
             np.testing.assert_array_equal(step, plain_step)
 
 
+def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkeypatch):
+    # A trace holds the weights it was traced with: after set_dtype the steps must run the new ones.
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    prompts = [random_prompt(np.random.default_rng(), 40)]
+    loaded = load_model(tiny_model_path)
+    make_engine(loaded=loaded).generate(prompts, params)            # traced with the float32 weights
+    assert all(layer.halves._traced for layer in loaded.model.layers)
+    loaded.set_dtype(mx.bfloat16)
+    assert not any(layer.halves._traced for layer in loaded.model.layers)
+    traced = make_engine(loaded=loaded).generate(prompts, params)
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "off")
+    assert traced == make_engine(loaded=loaded).generate(prompts, params)
+
+
 def test_second_request_hits_the_prefix_cache_and_pages_return(tiny_loaded, make_engine):
     engine = make_engine()
     baseline = engine.pool.num_available
