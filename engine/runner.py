@@ -115,7 +115,8 @@ class ModelRunner:
                           traced=inputs.prefill_table is None and self.traced_layers)
         outcomes = []
         if rows:
-            ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1)
+            ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1,
+                                                    row_keys=inputs.decode_keys)
             ctx.plan = self.planner.plan(ctx.decode_csr, inputs.settings, self.shape)
         if inputs.prefill_table is not None:
             start, end, table = inputs.prefill_start, inputs.prefill_end, inputs.prefill_table

@@ -140,7 +140,9 @@ class CsrBuilder:
     """Builds each step's view, re-uploading the page layout only when some
     row's block table changed (the key says so); last_page_len is rebuilt
     every step because it moves with every decoded token. A layout that only
-    grew from the last one keeps its lineage (``PageStructure``)."""
+    grew from the last one keeps its lineage (``PageStructure``). With
+    ``row_keys`` (a key per row's table), a row's table is converted to NumPy
+    once while its key holds (32 rows of 264 pages: ~0.2 ms a step else)."""
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -148,10 +150,17 @@ class CsrBuilder:
         self._structure: PageStructure | None = None
         self._device: tuple[mx.array, mx.array, mx.array] | None = None
         self._host: HostCsr | None = None
+        self._rows: dict[Hashable, np.ndarray] = {}
 
     def build(self, key: Hashable, tables: Sequence[Sequence[int]], num_tokens: Sequence[int],
-              first_page_offset: Sequence[int] | None = None) -> PagedCsrView:
+              first_page_offset: Sequence[int] | None = None,
+              row_keys: Sequence[Hashable] | None = None) -> PagedCsrView:
         if key != self._key or self._host is None:
+            if row_keys is not None:
+                known = self._rows
+                self._rows = {k: known[k] if k in known else np.asarray(t, np.int32)
+                              for k, t in zip(row_keys, tables)}
+                tables = [self._rows[k] for k in row_keys]
             host = host_csr(tables, num_tokens, self.block_size, first_page_offset)
             grown = self._host is not None and grew_from(self._host, host)
             self._structure = PageStructure(self._structure if grown else None)

@@ -379,6 +379,22 @@ def test_a_layout_grew_from_another_only_by_pages_after_each_rows_own():
     assert grown is not first and grown.lineage is first.lineage and other.lineage is not first.lineage
 
 
+def test_row_keys_reuse_unchanged_rows_and_give_the_same_layout():
+    tables = [[5, 6, 9], [5, 7], [8]]
+    tokens = [40, 20, 3]
+    keyed, plain = CsrBuilder(16), CsrBuilder(16)
+    for step, grown in enumerate([None, 1, 1, 0]):
+        if grown is not None:
+            tables[grown] = tables[grown] + [20 + step]
+            tokens[grown] = (len(tables[grown]) - 1) * 16 + 1
+        row_keys = [(row, len(t)) for row, t in enumerate(tables)]     # (sequence, table version)
+        a = keyed.build(tuple(row_keys), tables, tokens, row_keys=row_keys).host
+        b = plain.build(tuple(row_keys), tables, tokens).host
+        for field in ("indptr", "indices", "last_page_len", "first_page_offset"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert a.pages(0).tolist() == [5, 6, 9, 23] and a.pages(1).tolist() == [5, 7, 21, 22]
+
+
 def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkeypatch):
     # Staggered sessions cross page boundaries on different steps: the new
     # layout has the same spans, so only the private level is prepared again.
