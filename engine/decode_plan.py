@@ -94,7 +94,7 @@ class StepDecision:
     plan: CascadePlan | None
     reason: str
     predicted_saving_s: float | None
-    model: cost_model.CostModel | None = None
+    span_savings_s: tuple[float, ...] | None = None  # each span's by the cost model, in plan.spans order
 
 
 def decide_step(csr: PagedCsrView, settings: CascadeSettings, shape: AttentionShape, nested: bool) -> StepDecision:
@@ -112,17 +112,23 @@ def decide_step(csr: PagedCsrView, settings: CascadeSettings, shape: AttentionSh
     plan, reason = decision.plan, decision.reason
     if plan is None or model is None:
         return StepDecision(plan, reason, None)
+
+    def judged_by_model(plan: CascadePlan | None, reason: str, saving: float) -> StepDecision:
+        spans = None if plan is None else tuple(model.span_saving(shape, s.pages, len(s.members))
+                                                for s in plan.spans)
+        return StepDecision(plan, reason, saving, spans)
+
     saving = model.plan_saving(shape, plan)
     if judged and saving <= 0 and plan.depth > 1:
         one = explain_cascade(csr, settings, pays, max_depth, nested=False).plan
         one_saving = model.plan_saving(shape, one)
         if one_saving > 0:
-            return StepDecision(one, f"{reason}; nested spans do not pay their launches, one level does "
-                                     f"(predicted {one_saving * 1e6:.1f} us per layer)", one_saving, model)
+            return judged_by_model(one, f"{reason}; nested spans do not pay their launches, one level does "
+                                        f"(predicted {one_saving * 1e6:.1f} us per layer)", one_saving)
     if judged and saving <= 0:
-        return StepDecision(None, f"predicted saving {saving * 1e6:.1f} us per layer <= 0 ({reason}; "
-                                  f"{model.describe()})", saving, model)
-    return StepDecision(plan, f"{reason}; predicted saving {saving * 1e6:.1f} us per layer", saving, model)
+        return judged_by_model(None, f"predicted saving {saving * 1e6:.1f} us per layer <= 0 ({reason}; "
+                                     f"{model.describe()})", saving)
+    return judged_by_model(plan, f"{reason}; predicted saving {saving * 1e6:.1f} us per layer", saving)
 
 
 class DecodePlan:
@@ -142,9 +148,6 @@ class DecodePlan:
             decision = (decide_step(csr, settings, shape, nested) if settings.enabled
                         else StepDecision(None, "cascade off", None))
         self.decision = decision
-        self.plan, self._reason, self.predicted_saving_s = decision.plan, decision.reason, decision.predicted_saving_s
-        self.span_savings_s = None if decision.model is None or self.plan is None else tuple(
-            decision.model.span_saving(shape, s.pages, len(s.members)) for s in self.plan.spans)
         if self.plan is None:
             self._flat = prepare_flat_launch(csr, shape)
             return
@@ -152,6 +155,14 @@ class DecodePlan:
             self._cascade = prepare_cascade_launch(csr, self.plan, shape, previous)
         except Exception as error:  # a layout the cascade cannot launch: flat serves the step
             self._fail(error)
+
+    @property
+    def plan(self) -> CascadePlan | None:
+        return self.decision.plan
+
+    @property
+    def predicted_saving_s(self) -> float | None:
+        return self.decision.predicted_saving_s
 
     @property
     def cascade_launch(self) -> CascadeLaunch | None:
@@ -179,12 +190,13 @@ class DecodePlan:
     def outcome(self) -> DecodeOutcome:
         batch = self._csr.num_rows
         if self.plan is None:
-            return DecodeOutcome(FLAT, batch, None, 0, self._reason, predicted_saving_s=self.predicted_saving_s)
+            return DecodeOutcome(FLAT, batch, None, 0, self.decision.reason, predicted_saving_s=self.predicted_saving_s)
         shared_tokens = sum(s.pages for s in self.plan.spans) * self.shape.block_size
         if self._failure is not None:
             return DecodeOutcome(CASCADE_FALLBACK, batch, self.plan, shared_tokens, self._failure)
-        return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self._reason,
-                             kv_bytes_saved(self.plan, self.shape), self.predicted_saving_s, self.span_savings_s)
+        return DecodeOutcome(CASCADE, batch, self.plan, shared_tokens, self.decision.reason,
+                             kv_bytes_saved(self.plan, self.shape), self.predicted_saving_s,
+                             self.decision.span_savings_s)
 
 
 class DecodePlanner:

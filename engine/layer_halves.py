@@ -25,6 +25,7 @@ the batch, where a prefill chunk's length would leave a trace per length.
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Callable
 
 import mlx.core as mx
@@ -82,6 +83,5 @@ class LayerHalves:
         """``before`` and ``after`` traced for ``ops`` (the step's layer ops)."""
         pair = self._traced.get(ops)
         if pair is None:
-            pair = self._traced[ops] = (mx.compile(lambda *a: self.before(ops, *a)),
-                                            mx.compile(lambda *a: self.after(ops, *a)))
+            pair = self._traced[ops] = (mx.compile(partial(self.before, ops)), mx.compile(partial(self.after, ops)))
         return pair
