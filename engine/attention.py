@@ -25,7 +25,7 @@ attention (``paged_prefill_attention``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import mlx.core as mx
 import numpy as np
@@ -34,7 +34,7 @@ from mlxcel import kernels
 from mlxcel.kernels import AttentionShape
 from mlxcel.kernels import portable
 from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure
-from mlxcel.kernels.kv_quant import read_pages
+from mlxcel.kernels.kv_quant import Pages, read_pages
 from mlxcel.kernels.portable import page_tiles
 
 from .cascade import CascadePlan, SharedSpan
@@ -129,6 +129,17 @@ def private_level(host: HostCsr, plan: CascadePlan) -> HostCsr:
     return HostCsr(indptr, host.indices[keep], host.last_page_len, host.first_page_offset, host.block_size)
 
 
+# The private level's page ids go to the device padded to a power of two of at least this many: the rows'
+# suffixes grow a page every few steps, and a trace of the launches (layer_halves) replays only while the
+# arrays keep their shapes. Kernels read a row's pages through indptr / the tiles, never the padding.
+MIN_PRIVATE_INDICES = 256
+
+
+def padded_indices(indices: np.ndarray) -> np.ndarray:
+    size = max(MIN_PRIVATE_INDICES, 1 << max(len(indices) - 1, 0).bit_length())
+    return np.pad(indices, (0, size - len(indices)))
+
+
 def levels_key(csr: PagedCsrView, plan: CascadePlan) -> tuple:
     """What a plan's levels depend on: its spans, their block ids and the row
     count. Layouts with the same key differ only in their private level."""
@@ -143,7 +154,8 @@ def cascade_layout(csr: PagedCsrView, plan: CascadePlan, kept: CascadeLayout | N
     private = private_level(host, plan)
     private_arrays = dict(
         private_host=private,
-        private_device=(mx.array(private.indptr), mx.array(private.indices), mx.array(private.first_page_offset)),
+        private_device=(mx.array(private.indptr), mx.array(padded_indices(private.indices)),
+                        mx.array(private.first_page_offset)),
         private_structure=PageStructure())
     if kept is not None:
         return replace(kept, **private_arrays)
@@ -194,6 +206,19 @@ class ComposedCascade:
             lses.append(lse)
         order = self.layout.merge_order
         return self.merge(mx.concatenate(states)[order], mx.concatenate(lses)[order])[0].astype(q.dtype)
+
+
+@runtime_checkable
+class TraceableAttention(Protocol):
+    """An attention launch a trace can take: its arrays as inputs, the rest fixed by its signature."""
+
+    signature: tuple
+
+    def arrays(self) -> tuple[mx.array, ...]: ...
+
+    def rebind(self, arrays) -> "TraceableAttention": ...
+
+    def __call__(self, q: mx.array, k_pool: Pages, v_pool: Pages, last_page_len: mx.array) -> mx.array: ...
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from mlxcel.kernels import AttentionShape, PagedCsrView
 from mlxcel.kernels.shape import check_inputs
 
 from . import cost_model
-from .attention import CascadeLaunch, paged_prefill_attention, prepare_cascade_launch, prepare_flat_launch
+from .attention import (CascadeLaunch, TraceableAttention, paged_prefill_attention, prepare_cascade_launch,
+                        prepare_flat_launch)
 from .cascade import CascadePlan, explain_cascade
 from .config import CascadeConfig, CascadeSettings
 
@@ -154,7 +155,7 @@ class DecodePlan:
         try:
             self._cascade = prepare_cascade_launch(csr, self.plan, shape, previous)
         except Exception as error:  # a layout the cascade cannot launch: flat serves the step
-            self._fail(error)
+            self.fail(error)
 
     @property
     def plan(self) -> CascadePlan | None:
@@ -172,7 +173,14 @@ class DecodePlan:
     def failed(self) -> bool:
         return self._failure is not None
 
-    def _fail(self, error: Exception) -> None:
+    @property
+    def traceable(self) -> TraceableAttention | None:
+        """The cascade's launches, where a layer's trace can take them (the fused kernels'), else None."""
+        run = self._cascade.run if self._cascade is not None and self._failure is None else None
+        return run if isinstance(run, TraceableAttention) else None
+
+    def fail(self, error: Exception) -> None:
+        """The planned launch failed: flat serves the rest of the step."""
         self._failure = f"cascade launch failed ({type(error).__name__}: {error})"
 
     def attend(self, q: mx.array, k_pool: mx.array, v_pool: mx.array, last_page_len: mx.array) -> mx.array:
@@ -181,7 +189,7 @@ class DecodePlan:
             try:
                 return self._cascade(q, k_pool, v_pool, last_page_len)
             except Exception as error:  # any failure of the planned launch: flat serves the rest of the step
-                self._fail(error)
+                self.fail(error)
         if self._flat is None:
             self._flat = prepare_flat_launch(self._csr, self.shape)
         return self._flat(q, k_pool, v_pool, last_page_len)

@@ -1,20 +1,25 @@
-"""A decoder layer as the two halves around its attention, traced once by
-``mx.compile`` for the steps that take it.
+"""A decoder layer traced by ``mx.compile`` for the decode steps that take
+it: the two halves around its attention, or the whole layer.
 
 On a GPU every op of a step costs the host twice: building it (Python) and
 MLX's encoding of it in ``mx.async_eval``; a decode step of an 8B model is
-host-bound at ~13 ops a layer. A traced half replays its ops from one call
-(MLX keeps one trace per input shape), which measured ~3x cheaper to build
-and ~1.4x cheaper to encode on an H200 host than the same ops called one by
-one, with bit-identical results (the CUDA q/k/v kernel's in-place pool store
-included). The attention between the halves stays outside the trace: its
-launches change with the page layout, which moves every few steps.
+host-bound at ~13 ops a layer. A traced function replays its ops from one
+call (MLX keeps one trace per input shape), which measured ~3x cheaper to
+build and ~1.4x cheaper to encode on an H200 host than the same ops called
+one by one, with bit-identical results (the CUDA q/k/v kernel's in-place pool
+store included).
 
 - ``before``: the residual add folded into the input norm, the q/k/v matmul,
   the head split (q/k norms, rope; with the pool's arrays given, the ops may
   store K/V into their slots and return None for them);
 - ``after``: o_proj, the residual add folded into the post-attention norm,
-  the MLP.
+  the MLP;
+- ``whole``: before, a traceable attention launch (the fused cascade: its
+  layout's arrays are inputs, its launches' options fixed by its signature),
+  after: one call a layer. The page layout moves every few steps, but the
+  layout's arrays keep their shapes and the launches their options, so the
+  trace replays; an attention that is not traceable runs between the traced
+  halves.
 
 Traced where MLX encodes each op for a GPU (``MLXCEL_TRACED_LAYERS=off``
 opts out, ``on`` traces on the CPU too, where the attention's ops, not these,
@@ -25,6 +30,7 @@ the batch, where a prefill chunk's length would leave a trace per length.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from functools import partial
 from typing import Callable
 
@@ -34,7 +40,13 @@ import mlx.nn as nn
 from mlxcel.kernels.kv_quant import Pages
 from mlxcel.kernels.layer_ops import ComposedOps, PoolSlots
 
+from .attention import TraceableAttention
+
 TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
+# Whole-layer traces kept per layer (one per attention signature): a cascade's
+# plan changes its launches rarely (a span's tiles, the private level's tile
+# count), and the ones a server sees repeat.
+KEPT_WHOLE_TRACES = 8
 
 
 def traced_layers_wanted() -> bool:
@@ -51,6 +63,7 @@ class LayerHalves:
     def __init__(self, layer: nn.Module) -> None:
         self.layer = layer
         self._traced: dict[ComposedOps, tuple[Callable, Callable]] = {}
+        self._whole: OrderedDict[tuple, Callable] = OrderedDict()
 
     def before(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
                slot_blocks: mx.array | None = None, slot_offsets: mx.array | None = None,
@@ -75,9 +88,30 @@ class LayerHalves:
         residual, x = ops.add_rms_norm(residual, layer.self_attn.output(o), norm.weight, norm.eps)
         return residual, layer.mlp(x)
 
+    def whole(self, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None, h: mx.array,
+              positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages, v_pool: Pages,
+              last_page_len: mx.array, arrays: tuple[mx.array, ...]) -> tuple[mx.array, mx.array]:
+        """The layer: ``before`` storing K/V itself, ``attention`` over
+        ``arrays``, ``after``."""
+        residual, q, _, _ = self.before(ops, residual, h, positions, slot_blocks, slot_offsets, k_pool, v_pool)
+        return self.after(ops, residual, attention.rebind(arrays)(q, k_pool, v_pool, last_page_len))
+
     def forget_traces(self) -> None:
         """Drop the traces: they hold the layer's weights as of their tracing (called when the weights change)."""
         self._traced.clear()
+        self._whole.clear()
+
+    def traced_whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
+        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature."""
+        key = (ops, attention.signature)
+        traced = self._whole.get(key)
+        if traced is None:
+            traced = self._whole[key] = mx.compile(partial(self.whole, ops, attention))
+            if len(self._whole) > KEPT_WHOLE_TRACES:
+                self._whole.popitem(last=False)
+        else:
+            self._whole.move_to_end(key)
+        return traced
 
     def traced(self, ops: ComposedOps) -> tuple[Callable, Callable]:
         """``before`` and ``after`` traced for ``ops`` (the step's layer ops)."""

@@ -33,7 +33,7 @@ from mlx_lm.models.activations import swiglu
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
-from .attention import paged_prefill_attention
+from .attention import TraceableAttention, paged_prefill_attention
 from .decode_plan import DecodePlan
 from .layer_halves import LayerHalves
 from .pool import BlockPool
@@ -295,6 +295,14 @@ class StepContext:
     store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
     traced: bool = False           # the layers' ops around attention run traced (layer_halves says when)
 
+    def traced_attention(self) -> TraceableAttention | None:
+        """The decode plan's attention where each layer runs as one trace: a
+        traced decode-only step whose q/k/v ops store K/V themselves, with a
+        traceable plan; else None."""
+        if not (self.traced and self.store_in_kernel and self.plan is not None and self.prefill_csr is None):
+            return None
+        return self.plan.traceable
+
     def attend(self, layer: int, q: mx.array, scale: float) -> mx.array:
         """q [T, Hq, D] -> o [T, Hq, D] in q's dtype."""
         k_pool, v_pool = self.pool.keys[layer], self.pool.values[layer]
@@ -312,16 +320,29 @@ class StepContext:
 def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.array:
     """The final norm's output [T, 1, hidden]: mlx-lm's pre-norm decoder
     (Llama, Mistral, Qwen2 and Qwen3 alike) with each residual add folded
-    into the norm that follows it, each layer's ops around its attention
-    traced where the step says (``layer_halves``)."""
+    into the norm that follows it, each layer traced where the step says
+    (``layer_halves``: whole where its attention is traceable, else its
+    halves)."""
     inner, ops = model.model, ctx.ops
     h = inner.embed_tokens(tokens)
     residual = None
+    whole = ctx.traced_attention()
+    arrays = whole.arrays() if whole is not None else ()
     for layer in inner.layers:
         halves: LayerHalves = layer.halves
-        before, after = halves.traced(ops) if ctx.traced else (partial(halves.before, ops), partial(halves.after, ops))
         index = layer.self_attn.layer
-        pools = (ctx.pool.keys[index], ctx.pool.values[index]) if ctx.store_in_kernel else (None, None)
+        k_pool, v_pool = ctx.pool.keys[index], ctx.pool.values[index]
+        if whole is not None:
+            try:
+                residual, h = halves.traced_whole(ops, whole)(residual, h, ctx.positions, ctx.slot_blocks,
+                                                              ctx.slot_offsets, k_pool, v_pool,
+                                                              ctx.decode_csr.last_page_len, arrays)
+                continue
+            except Exception as error:  # a launch that cannot be traced: flat serves the rest of the step
+                ctx.plan.fail(error)
+                whole = None
+        before, after = halves.traced(ops) if ctx.traced else (partial(halves.before, ops), partial(halves.after, ops))
+        pools = (k_pool, v_pool) if ctx.store_in_kernel else (None, None)
         residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools)
         if k is not None:     # else the ops stored them (layer_ops: the pool written in place)
             ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)

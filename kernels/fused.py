@@ -37,7 +37,7 @@ import hashlib
 import math
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable
 
@@ -130,11 +130,21 @@ class FusedLevel:
     members: mx.array           # [spans, M] member rows (a narrower span's padding repeats its first)
 
 
+# Arrays a FusedCascade reads besides q and the pool: the private level's, then each depth's.
+PRIVATE_ARRAYS = 4
+LEVEL_ARRAYS = 4
+
+
 @dataclass(frozen=True)
 class FusedCascade:
     """A cascade decode step's launches over one layout, planned (one per
     depth, the private level, the merge): called with each step's (q, k_pool,
-    v_pool, last_page_len), returns o in q's dtype."""
+    v_pool, last_page_len), returns o in q's dtype.
+
+    A trace of it (``mx.compile``, a whole decoder layer in the engine) takes
+    its ``arrays()`` as inputs and calls ``rebind(arrays)``: the trace then
+    depends only on ``signature`` (the launches' kernels and options) and the
+    arrays' shapes, so the next layout of the same signature replays it."""
 
     kernels: "FusedKernels"
     levels: tuple[FusedLevel, ...]
@@ -155,6 +165,29 @@ class FusedCascade:
                                  self.geometry_private)
         states += [k.no_level] * (2 * (MAX_DEPTH - len(self.levels)))
         return self.merge([op, lsep, self.indptr_private, *states, self.level_map], k.poison)[0]
+
+    def arrays(self) -> tuple[mx.array, ...]:
+        """The layout's arrays, in ``rebind``'s order."""
+        levels = (a for lv in self.levels for a in (lv.view.indices, lv.view.last_page_len, lv.geometry, lv.members))
+        return (self.private_indices, self.geometry_private, self.indptr_private, self.level_map, *levels)
+
+    def rebind(self, arrays) -> "FusedCascade":
+        """The same launches over ``arrays`` (``arrays()``'s order and shapes)."""
+        private_indices, geometry_private, indptr_private, level_map = arrays[:PRIVATE_ARRAYS]
+        levels = []
+        for i, level in enumerate(self.levels):
+            at = PRIVATE_ARRAYS + LEVEL_ARRAYS * i
+            indices, last_page_len, geometry, members = arrays[at:at + LEVEL_ARRAYS]
+            levels.append(FusedLevel(level.launch, replace(level.view, indices=indices, last_page_len=last_page_len),
+                                     geometry, members))
+        return replace(self, levels=tuple(levels), private_indices=private_indices,
+                       geometry_private=geometry_private, indptr_private=indptr_private, level_map=level_map)
+
+    @cached_property
+    def signature(self) -> tuple:
+        """What a trace bakes in besides the arrays' shapes: each launch's kernel and options, the poison."""
+        launches = (*(level.launch for level in self.levels), self.private, self.merge)
+        return (tuple((id(launch.kernel), repr(launch.options)) for launch in launches), repr(self.kernels.poison))
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,40 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
             np.testing.assert_array_equal(step, plain_step)
 
 
+def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path, make_engine, monkeypatch):
+    # Where the fused cascade runs (a GPU, 16-bit pages) each decode layer is one trace with the cascade's
+    # launches inside, its layout's arrays as inputs: the logits stay the plain path's bit for bit while rows
+    # cross pages on different steps, and a layer is traced a few times (row counts), not once per layout.
+    from mlxcel import kernels
+    from mlxcel.engine.layer_halves import LayerHalves
+    traces = []
+    real = LayerHalves.whole
+    monkeypatch.setattr(LayerHalves, "whole", lambda self, *a: traces.append(self) or real(self, *a))
+    loaded = load_model(tiny_model_path)
+    loaded.set_dtype(mx.bfloat16)
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 80)
+    prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
+    runs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+        engine = make_engine(loaded=loaded, enabled=True, min_shared_pages=2, block_size=16)
+        runs[mode] = engine_greedy_logits(engine, prompts, 24)
+    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+    cascade_steps = engine.metrics.registry.get_sample_value("mlxcel_paged_decode_launches_total",
+                                                             {"path": "cascade"}) / loaded.num_layers
+    assert cascade_steps >= 20
+    if not kernels.fused_takes(engine.runner.shape):
+        assert traces == []                 # the portable cascade runs between the traced halves
+    else:
+        per_layer = len(traces) / loaded.num_layers
+        assert 1 <= per_layer <= cascade_steps / 3
+
+
 def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkeypatch):
     # A trace holds the weights it was traced with: after set_dtype the steps must run the new ones.
     monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")

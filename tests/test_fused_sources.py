@@ -263,6 +263,57 @@ def test_a_cascade_of_the_same_levels_prepares_only_its_private_level(rng, monke
     assert again.levels is first.levels and again.level_map is first.level_map
 
 
+def test_a_cascade_rebound_to_a_grown_layout_launches_what_the_grown_one_does(rng, monkeypatch):
+    # A decoder layer's trace (layer_halves) bakes in a cascade's launches and takes its arrays as inputs. A
+    # row that grew a page must keep the signature and every array's shape (the private page ids padded),
+    # so the trace replays; and the first cascade rebound to the grown layout's arrays must launch exactly
+    # what the grown cascade does (the same options, the same arrays).
+    launched, outputs = [], []
+
+    def kernel(**_):
+        def run(inputs, init_value, **options):
+            launched.append((options, inputs))
+            outputs.extend(mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"],
+                                                                          options["output_dtypes"]))
+            return outputs[-len(options["output_shapes"]):]
+        return run
+    monkeypatch.setattr(mx.fast, "cuda_kernel", kernel)
+    bs, rows = 16, 4
+    ids = iter(int(b) for b in rng.permutation(64))
+    shared = [next(ids) for _ in range(5)]
+    tables = [shared + [next(ids) for _ in range(2)] for _ in range(rows)]
+    lengths = [6 * bs + int(rng.integers(1, bs + 1)) for _ in range(rows)]
+    grown_tables = [tables[0] + [next(ids)], *tables[1:]]
+    grown_lengths = [7 * bs + 1, *lengths[1:]]
+    shape = AttentionShape(8, 2, 64, mx.bfloat16, mx.bfloat16, bs, 0.125)
+    csr = kernels.PagedCsrView.from_host(kernels.host_csr(tables, lengths, bs))
+    grown = kernels.PagedCsrView.from_host(kernels.host_csr(grown_tables, grown_lengths, bs))
+    plan = plan_cascade(csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
+    assert plan is not None and plan == plan_cascade(grown, CascadeConfig(enabled=True, min_shared_pages=2,
+                                                                          min_members=2))
+    fused_kernels = fused.FusedKernels(cuda.KERNELS.platform)
+    layout = attention.cascade_layout(csr, plan)
+    first = fused_kernels.prepare_cascade(shape, rows, layout.private_view(csr), layout.kernel_levels)
+    grown_layout = attention.cascade_layout(grown, plan, layout)
+    second = fused_kernels.prepare_cascade(shape, rows, grown_layout.private_view(grown), grown_layout.kernel_levels,
+                                           reuse=first)
+    assert second.signature == first.signature
+    assert [a.shape for a in second.arrays()] == [a.shape for a in first.arrays()]
+    assert np.array(second.private_indices).tolist() != np.array(first.private_indices).tolist()   # the new page
+    assert first.rebind(first.arrays()).arrays() == first.arrays()
+    q = mx.array(rng.standard_normal((rows, 8, 64)), dtype=mx.bfloat16)
+    pool = mx.zeros((64, bs, 2, 64), mx.bfloat16)
+    for step in (second, first.rebind(second.arrays())):
+        step(q, pool, pool, grown.last_page_len)
+    half = len(launched) // 2
+    assert half == 3                                          # level 0, the private level, the merge
+    made = {id(a): i % (len(outputs) // 2) for i, a in enumerate(outputs)}   # an output: its place in its run
+    for (options, inputs), (rebound_options, rebound_inputs) in zip(launched[:half], launched[half:]):
+        assert rebound_options == options and len(rebound_inputs) == len(inputs)
+        for a, b in zip(inputs, rebound_inputs):
+            assert a is b or made.get(id(a), -1) == made.get(id(b), -2)    # the same array, or the same state
+
+
 def tile_states(q, k_pool, v_pool, view, geometry, members, kv_heads):
     """The partial kernel's output as its geometry and member table define it,
     in float64: [tiles, Hkv * heads, D] and [tiles, Hkv * heads], heads = M * G
