@@ -22,8 +22,9 @@ store included).
   halves.
 
 Traced where MLX encodes each op for a GPU (``MLXCEL_TRACED_LAYERS=off``
-opts out, ``on`` traces on the CPU too, where the attention's ops, not these,
-take the host's time), in decode-only steps: their row count is bounded by
+opts out, ``halves`` keeps the attention out of the traces, ``on`` traces on
+the CPU too, where the attention's ops, not these, take the host's time), in
+decode-only steps: their row count is bounded by
 the batch, where a prefill chunk's length would leave a trace per length.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from enum import Enum
 from functools import partial
 from typing import Callable
 
@@ -49,12 +51,24 @@ TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
 KEPT_WHOLE_TRACES = 8
 
 
-def traced_layers_wanted() -> bool:
-    """Whether decode steps run the traced halves (the env, else where the default device is a GPU)."""
+class TracedLayers(str, Enum):
+    """What of a decode layer runs traced."""
+
+    OFF = "off"
+    HALVES = "halves"     # the ops around the attention; the attention's launches called between them
+    WHOLE = "whole"       # the whole layer where its attention is traceable (else its halves)
+
+
+def traced_layers_wanted() -> TracedLayers:
+    """The env (on / halves / off), else whole where the default device is a GPU and off elsewhere."""
     choice = os.environ.get(TRACED_LAYERS_ENV, "").strip().lower()
     if choice in ("off", "0", "false", "no"):
-        return False
-    return choice in ("on", "1", "true", "yes") or mx.default_device().type == mx.DeviceType.gpu
+        return TracedLayers.OFF
+    if choice == "halves":
+        return TracedLayers.HALVES
+    if choice in ("on", "1", "true", "yes", "whole") or mx.default_device().type == mx.DeviceType.gpu:
+        return TracedLayers.WHOLE
+    return TracedLayers.OFF
 
 
 class LayerHalves:

@@ -294,12 +294,14 @@ class StepContext:
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
     store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
     traced: bool = False           # the layers' ops around attention run traced (layer_halves says when)
+    traced_whole: bool = False     # and the whole layer where its attention is traceable
 
     def traced_attention(self) -> TraceableAttention | None:
         """The decode plan's attention where each layer runs as one trace: a
         traced decode-only step whose q/k/v ops store K/V themselves, with a
         traceable plan; else None."""
-        if not (self.traced and self.store_in_kernel and self.plan is not None and self.prefill_csr is None):
+        if not (self.traced and self.traced_whole and self.store_in_kernel and self.plan is not None
+                and self.prefill_csr is None):
             return None
         return self.plan.traceable
 

@@ -19,7 +19,7 @@ from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
-from .layer_halves import traced_layers_wanted
+from .layer_halves import TracedLayers, traced_layers_wanted
 from .model import LoadedModel, StepContext, final_hidden, head_logits
 from .pool import BlockPool
 from .sampler import Sampled, Sampler
@@ -112,7 +112,8 @@ class ModelRunner:
                           # the fused decode kernels do, a prefill chunk's gather does not.
                           store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
                                            and kernels.fused_takes(self.shape)),
-                          traced=inputs.prefill_table is None and self.traced_layers)
+                          traced=inputs.prefill_table is None and self.traced_layers != TracedLayers.OFF,
+                          traced_whole=self.traced_layers == TracedLayers.WHOLE)
         outcomes = []
         if rows:
             ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1,
