@@ -229,6 +229,15 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
         assert 1 <= per_layer <= cascade_steps / 3
 
 
+@pytest.mark.parametrize("value, mode", [("off", "off"), ("0", "off"), ("halves", "halves"), ("on", "whole"),
+                                         ("whole", "whole"), ("", None)])
+def test_the_traced_layers_env_picks_what_is_traced(monkeypatch, value, mode):
+    from mlxcel.engine.layer_halves import TracedLayers, traced_layers_wanted
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", value)
+    default = "whole" if mx.default_device().type == mx.DeviceType.gpu else "off"
+    assert traced_layers_wanted() == TracedLayers(mode or default)
+
+
 def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkeypatch):
     # A trace holds the weights it was traced with: after set_dtype the steps must run the new ones.
     monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")
