@@ -33,7 +33,7 @@ import numpy as np
 from mlxcel import kernels
 from mlxcel.kernels import AttentionShape
 from mlxcel.kernels import portable
-from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure
+from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure, upload
 from mlxcel.kernels.kv_quant import Pages, read_pages
 from mlxcel.kernels.portable import page_tiles
 
@@ -154,8 +154,7 @@ def cascade_layout(csr: PagedCsrView, plan: CascadePlan, kept: CascadeLayout | N
     private = private_level(host, plan)
     private_arrays = dict(
         private_host=private,
-        private_device=(mx.array(private.indptr), mx.array(padded_indices(private.indices)),
-                        mx.array(private.first_page_offset)),
+        private_device=upload(private.indptr, padded_indices(private.indices), private.first_page_offset),
         private_structure=PageStructure())
     if kept is not None:
         return replace(kept, **private_arrays)

@@ -253,6 +253,9 @@ class Engine:
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
         """Each row's input token: on the host, or the in-flight step's sampled one."""
         pending = [self._inflight.rows[s.id] if s.pending_tokens else -1 for s in seqs]
+        if pending == list(range(len(seqs))):   # the in-flight step's first rows, in order: nothing to upload
+            launched = self._inflight.launched.tokens
+            return launched if launched.shape[0] == len(seqs) else launched[:len(seqs)]
         tokens = mx.array([0 if s.pending_tokens else s.token_ids[-1] for s in seqs], dtype=mx.int32)
         if not any(p >= 0 for p in pending):
             return tokens

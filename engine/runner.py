@@ -14,7 +14,7 @@ import numpy as np
 
 from mlxcel import kernels
 from mlxcel.kernels import AttentionShape, CsrBuilder, PagedCsrView
-from mlxcel.kernels.csr import host_csr
+from mlxcel.kernels.csr import host_csr, upload
 from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
@@ -106,8 +106,7 @@ class ModelRunner:
         if rows:
             tokens.append(self.ranks.share_tokens(last_tokens, rows) if self.ranks is not None else last_tokens)
         ops = layer_ops()
-        ctx = StepContext(self.pool, mx.array(positions), mx.array(blocks, dtype=mx.int32),
-                          mx.array(positions % bs), decode_rows=rows, ops=ops,
+        ctx = StepContext(self.pool, *upload(positions, blocks, positions % bs), decode_rows=rows, ops=ops,
                           # Only where every read of the pool takes q (what orders the store before the reads):
                           # the fused decode kernels do, a prefill chunk's gather does not.
                           store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place

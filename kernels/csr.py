@@ -15,6 +15,18 @@ import mlx.core as mx
 import numpy as np
 
 
+def upload(*arrays: np.ndarray) -> tuple[mx.array, ...]:
+    """Host int32 arrays on the device in one transfer, each a view of one
+    buffer. On a CUDA host a small array costs ~1-3 us to make with the GPU
+    idle but 35-105 us at the 90th percentile while it runs (MLX's managed
+    buffers, measured on an H200's host), and a decode step makes a dozen."""
+    parts = [np.asarray(a, np.int32) for a in arrays]
+    ends = np.cumsum([p.size for p in parts])
+    buffer = mx.array(np.concatenate([p.reshape(-1) for p in parts]) if parts else np.zeros(0, np.int32))
+    views = (buffer[end - p.size:end] for p, end in zip(parts, ends.tolist()))
+    return tuple(v if p.ndim == 1 else v.reshape(p.shape) for p, v in zip(parts, views))
+
+
 @dataclass(frozen=True)
 class HostCsr:
     """NumPy mirror of a view, for planners and references (no device sync)."""
@@ -91,10 +103,11 @@ class PagedCsrView:
         """Build a view from NumPy arrays; ``device`` reuses already-uploaded
         (indptr, indices, first_page_offset) arrays of an unchanged layout."""
         if device is None:
-            device = (mx.array(host.indptr), mx.array(host.indices), mx.array(host.first_page_offset))
-        indptr, indices, first = device
-        return cls(indptr, indices, mx.array(host.last_page_len), first, host.block_size,
-                   structure or PageStructure(), host)
+            indptr, indices, first, last = upload(host.indptr, host.indices, host.first_page_offset,
+                                                  host.last_page_len)
+        else:
+            (indptr, indices, first), last = device, mx.array(host.last_page_len)
+        return cls(indptr, indices, last, first, host.block_size, structure or PageStructure(), host)
 
 
 def host_csr(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .csr import HostCsr, PagedCsrView
+from .csr import HostCsr, PagedCsrView, upload
 from .kv_quant import KVQuant
 from .portable import requested_width
 
@@ -142,10 +142,11 @@ def split_rows(host: HostCsr, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 def plan_tiles(host: HostCsr, width: int) -> TilePlan:
     geometry, row_indptr = split_rows(host, width)
+    device_geometry, device_indptr = upload(geometry.reshape(-1, GEOMETRY_FIELDS), row_indptr)
     return TilePlan(
-        geometry=mx.array(geometry.reshape(-1, GEOMETRY_FIELDS)),
+        geometry=device_geometry,
         row_indptr=row_indptr,
-        row_indptr_device=mx.array(row_indptr.astype(np.int32)),
+        row_indptr_device=device_indptr,
         one_per_row=bool((np.diff(row_indptr) == 1).all()),
     )
 

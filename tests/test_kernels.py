@@ -10,6 +10,7 @@ import pytest
 
 from mlxcel import kernels
 from mlxcel.kernels import PagedCsrView, merge_states, paged_attention_partial, portable
+from mlxcel.kernels import csr as csr_module
 from mlxcel.kernels.csr import HostCsr, host_csr
 from mlxcel.kernels.reference import reference_merge, reference_partial
 from paged_cases import ATOL, fresh_blocks, kernel_atol, make_case, mixed_batch, rng  # noqa: F401  (rng is a fixture)
@@ -140,3 +141,17 @@ def test_backend_dispatch(monkeypatch, caplog):
         assert kernels.backend() is portable     # no fused kernels registered for the CPU
         assert kernels.backend() is portable
     assert len([r for r in caplog.records if "MLXCEL_KERNELS" in r.getMessage()]) == 1
+
+
+def test_a_steps_small_arrays_travel_as_one_upload(rng):
+    # Each array comes back as it was given (shape, int32 values), all views of one device buffer.
+    parts = [rng.integers(-5, 1000, n).astype(np.int32) for n in (7, 0, 33)] + [rng.integers(0, 9, (4, 5))]
+    made = []
+    real = mx.array
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(csr_module.mx, "array", lambda *a, **k: made.append(1) or real(*a, **k))
+        views = csr_module.upload(*parts)
+    assert len(made) == 1
+    for part, view in zip(parts, views):
+        assert view.dtype == mx.int32 and view.shape == part.shape
+        np.testing.assert_array_equal(np.array(view), part)
