@@ -143,15 +143,18 @@ def test_backend_dispatch(monkeypatch, caplog):
     assert len([r for r in caplog.records if "MLXCEL_KERNELS" in r.getMessage()]) == 1
 
 
-def test_a_steps_small_arrays_travel_as_one_upload(rng):
-    # Each array comes back as it was given (shape, int32 values), all views of one device buffer.
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_a_steps_small_arrays_travel_as_one_upload(rng, device):
+    # Each array comes back as it was given (shape, int32 values): where the default device is a GPU all views
+    # of one device buffer (one array made), on the CPU each its own (an array there costs less than a view).
     parts = [rng.integers(-5, 1000, n).astype(np.int32) for n in (7, 0, 33)] + [rng.integers(0, 9, (4, 5))]
     made = []
-    real = mx.array
+    real_array = mx.array
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(csr_module.mx, "array", lambda *a, **k: made.append(1) or real(*a, **k))
+        patch.setattr(csr_module.mx, "default_device", lambda: mx.Device(getattr(mx.DeviceType, device)))
+        patch.setattr(csr_module.mx, "array", lambda *a, **k: made.append(1) or real_array(*a, **k))
         views = csr_module.upload(*parts)
-    assert len(made) == 1
+    assert len(made) == (1 if device == "gpu" else len(parts))
     for part, view in zip(parts, views):
         assert view.dtype == mx.int32 and view.shape == part.shape
         np.testing.assert_array_equal(np.array(view), part)
