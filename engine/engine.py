@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import mlx.core as mx
+import numpy as np
 import psutil
 
 from .cascade import best_span
@@ -80,6 +81,23 @@ class InFlight:
     enqueued: float         # perf_counter when MLX took it
     rows: dict[int, int]    # sequence id -> its row in launched.tokens
     kv_bytes_flat: int = 0  # KV bytes the decode rows' attention reads flat, all layers
+
+
+def prompt_ids(token_ids, vocab_size: int) -> list[int]:
+    """The prompt as Python ints in [0, vocab_size) (NumPy's integers too), or
+    ValueError naming the first that is not: one bad id would otherwise fail the
+    step of every sequence batched with it."""
+    ids = np.asarray(token_ids)
+    if ids.size == 0:
+        return []
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        at = next(i for i, t in enumerate(token_ids) if not isinstance(t, (int, np.integer)))
+        raise ValueError(f"prompt token {at} is not an integer: {token_ids[at]!r}")
+    outside = (ids < 0) | (ids >= vocab_size)
+    if outside.any():
+        at = int(outside.argmax())
+        raise ValueError(f"prompt token {at} is {int(ids[at])}, outside the vocabulary [0, {vocab_size})")
+    return ids.tolist()
 
 
 class Engine:
@@ -166,9 +184,10 @@ class Engine:
                on_event: EventCallback | None = None, label: str = "") -> Sequence:
         """Queue a request; raises RequestRejected (nothing queued) if it can never
         fit, EngineClosed once the engine is shutting down."""
-        if not token_ids:
+        ids = prompt_ids(token_ids, self.vocab_size)
+        if not ids:
             raise ValueError("a request needs at least one prompt token")
-        seq = Sequence(list(token_ids), params or SamplingParams(), label=label)
+        seq = Sequence(ids, params or SamplingParams(), label=label)
         self.scheduler.check(len(seq) + seq.params.max_tokens)
         with self._wake:  # checked and queued at once, so close() ends every request it let in
             if self._closed:

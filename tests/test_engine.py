@@ -302,6 +302,19 @@ def test_request_that_can_never_fit_is_rejected(make_engine):
     assert not engine.scheduler.has_work
 
 
+@pytest.mark.parametrize("bad, message", [([5, 1 << 20], "token 1 is 1048576, outside the vocabulary"),
+                                          ([5, -1], "token 1 is -1"), ([5, 2.0], "token 1 is not an integer")])
+def test_a_prompt_of_bad_token_ids_is_refused_and_the_batch_runs_on(make_engine, bad, message):
+    engine = make_engine()
+    good = engine.submit(np.arange(10, 40), SamplingParams(max_tokens=4, ignore_eos=True))   # NumPy ints are ints
+    with pytest.raises(ValueError, match=message):
+        engine.submit(bad, SamplingParams(max_tokens=4))
+    engine.run_until_idle()
+    assert good.finish_reason == "length" and len(good.completion_token_ids) == 4
+    assert all(type(t) is int for t in good.token_ids)
+    assert engine.pool.num_live == 0
+
+
 def test_cancel_releases_pages(tiny_loaded, make_engine):
     engine = make_engine()
     prompts = shared_prompt_batch(tiny_loaded.tokenizer, 2, system_tokens=40)
