@@ -45,10 +45,11 @@ from mlxcel.kernels.layer_ops import ComposedOps, PoolSlots
 from .attention import TraceableAttention
 
 TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
-# Whole-layer traces kept per layer (one per attention signature): a cascade's
-# plan changes its launches rarely (a span's tiles, the private level's tile
-# count), and the ones a server sees repeat.
-KEPT_WHOLE_TRACES = 8
+# Whole-layer traces kept per layer, one per attention signature: each batch
+# size has its own (the launches' grids), and a server's concurrency moves
+# over a few dozen of them; a trace costs the host milliseconds to make again
+# (the halves' traces, one per row count, are never dropped either).
+KEPT_WHOLE_TRACES = 64
 
 
 class TracedLayers(str, Enum):
