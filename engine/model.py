@@ -35,7 +35,7 @@ from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import TraceableAttention, paged_prefill_attention
 from .decode_plan import DecodePlan
-from .layer_halves import LayerHalves
+from .layer_halves import LayerHalves, TracedLayers
 from .pool import BlockPool
 
 # model_type (as in config.json) -> the mlx-lm module implementing it
@@ -293,14 +293,13 @@ class StepContext:
     prefill_csr: PagedCsrView | None = None
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
     store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
-    traced: bool = False           # the layers' ops around attention run traced (layer_halves says when)
-    traced_whole: bool = False     # and the whole layer where its attention is traceable
+    traced: TracedLayers = TracedLayers.OFF   # what of each layer runs traced (layer_halves says when)
 
     def traced_attention(self) -> TraceableAttention | None:
         """The decode plan's attention where each layer runs as one trace: a
         traced decode-only step whose q/k/v ops store K/V themselves, with a
         traceable plan; else None."""
-        if not (self.traced and self.traced_whole and self.store_in_kernel and self.plan is not None
+        if not (self.traced == TracedLayers.WHOLE and self.store_in_kernel and self.plan is not None
                 and self.prefill_csr is None):
             return None
         return self.plan.traceable
@@ -343,7 +342,8 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
             except Exception as error:  # a launch that cannot be traced: flat serves the rest of the step
                 ctx.plan.fail(error)
                 whole = None
-        before, after = halves.traced(ops) if ctx.traced else (partial(halves.before, ops), partial(halves.after, ops))
+        before, after = (halves.traced(ops) if ctx.traced != TracedLayers.OFF
+                         else (partial(halves.before, ops), partial(halves.after, ops)))
         pools = (k_pool, v_pool) if ctx.store_in_kernel else (None, None)
         residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools)
         if k is not None:     # else the ops stored them (layer_ops: the pool written in place)

@@ -111,8 +111,7 @@ class ModelRunner:
                           # the fused decode kernels do, a prefill chunk's gather does not.
                           store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
                                            and kernels.fused_takes(self.shape)),
-                          traced=inputs.prefill_table is None and self.traced_layers != TracedLayers.OFF,
-                          traced_whole=self.traced_layers == TracedLayers.WHOLE)
+                          traced=self.traced_layers if inputs.prefill_table is None else TracedLayers.OFF)
         outcomes = []
         if rows:
             ctx.decode_csr = self.csr_builder.build(inputs.decode_keys, inputs.decode_tables, positions + 1,
