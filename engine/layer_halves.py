@@ -43,6 +43,7 @@ from mlxcel.kernels.kv_quant import Pages
 from mlxcel.kernels.layer_ops import ComposedOps, PoolSlots
 
 from .attention import TraceableAttention
+from .config import parse_flag
 
 TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
 # Whole-layer traces kept per layer, one per attention signature: each batch
@@ -63,13 +64,12 @@ class TracedLayers(str, Enum):
 def traced_layers_wanted() -> TracedLayers:
     """The env (on / halves / off), else whole where the default device is a GPU and off elsewhere."""
     choice = os.environ.get(TRACED_LAYERS_ENV, "").strip().lower()
-    if choice in ("off", "0", "false", "no"):
-        return TracedLayers.OFF
-    if choice == "halves":
-        return TracedLayers.HALVES
-    if choice in ("on", "1", "true", "yes", "whole") or mx.default_device().type == mx.DeviceType.gpu:
-        return TracedLayers.WHOLE
-    return TracedLayers.OFF
+    if choice in (TracedLayers.HALVES, TracedLayers.WHOLE):
+        return TracedLayers(choice)
+    flag = parse_flag(choice)
+    if flag is None:
+        flag = mx.default_device().type == mx.DeviceType.gpu
+    return TracedLayers.WHOLE if flag else TracedLayers.OFF
 
 
 class LayerHalves:

@@ -23,7 +23,6 @@ in the kernel that stores a decode step's K/V into the pool.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
