@@ -100,8 +100,8 @@ class LayerHalves:
         """(residual + o_proj(o), the MLP's output) from the attention's o [T, Hq, D]."""
         layer = self.layer
         norm = layer.post_attention_layernorm
-        residual, x = ops.add_rms_norm(residual, layer.self_attn.output(o), norm.weight, norm.eps)
-        return residual, layer.mlp(x)
+        residual, x = ops.add_rms_norm(residual, layer.self_attn.output(ops, o), norm.weight, norm.eps)
+        return residual, layer.mlp(ops, x)
 
     def whole(self, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None, h: mx.array,
               positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages, v_pool: Pages,

@@ -245,12 +245,13 @@ class PagedAttention(nn.Module):
         roped at ``positions``; with ``slots`` the ops may store k and v into
         the pool themselves (then both None)."""
         if "qkv_proj" in self:
-            return ops.split_heads(self.heads, self.qkv_proj(x), positions, slots)
-        return self.heads.rotate(self.q_proj(x), self.k_proj(x), self.v_proj(x), positions)
+            return ops.split_heads(self.heads, ops.linear(self.qkv_proj, x), positions, slots)
+        return self.heads.rotate(ops.linear(self.q_proj, x), ops.linear(self.k_proj, x), ops.linear(self.v_proj, x),
+                                 positions)
 
-    def output(self, o: mx.array) -> mx.array:
+    def output(self, ops: ComposedOps, o: mx.array) -> mx.array:
         """The attention's o [T, Hq, D] -> o_proj's [T, 1, hidden]."""
-        return self.o_proj(o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
+        return ops.linear(self.o_proj, o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
 
 
 class FusedMLP(nn.Module):
@@ -267,12 +268,12 @@ class FusedMLP(nn.Module):
             self.gate_proj, self.up_proj = map(engine_linear, parts)
         self.down_proj = engine_linear(mlp.down_proj)
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, ops: ComposedOps, x: mx.array) -> mx.array:
         if "gate_up_proj" in self:
-            gate, up = mx.split(self.gate_up_proj(x), [self.hidden], axis=-1)
+            gate, up = mx.split(ops.linear(self.gate_up_proj, x), [self.hidden], axis=-1)
         else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(swiglu(gate, up))
+            gate, up = ops.linear(self.gate_proj, x), ops.linear(self.up_proj, x)
+        return ops.linear(self.down_proj, swiglu(gate, up))
 
 
 @dataclass
@@ -329,15 +330,18 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
     residual = None
     whole = ctx.traced_attention()
     arrays = whole.arrays() if whole is not None else ()
+    # The fused cascade reads a shared span once for all its rows, so the host
+    # sets such a step's pace: its projections take the kernels cheapest to launch.
+    whole_ops = ops.host_bound()
     for layer in inner.layers:
         halves: LayerHalves = layer.halves
         index = layer.self_attn.layer
         k_pool, v_pool = ctx.pool.keys[index], ctx.pool.values[index]
         if whole is not None:
             try:
-                residual, h = halves.traced_whole(ops, whole)(residual, h, ctx.positions, ctx.slot_blocks,
-                                                              ctx.slot_offsets, k_pool, v_pool,
-                                                              ctx.decode_csr.last_page_len, arrays)
+                residual, h = halves.traced_whole(whole_ops, whole)(residual, h, ctx.positions, ctx.slot_blocks,
+                                                                    ctx.slot_offsets, k_pool, v_pool,
+                                                                    ctx.decode_csr.last_page_len, arrays)
                 continue
             except Exception as error:  # a launch that cannot be traced: flat serves the rest of the step
                 ctx.plan.fail(error)

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import struct
 
 import mlx.core as mx
+import mlx.nn as nn
 
+from . import cuda_matmul
 from .cuda import make_kernel
 from .fused import compact_source
 from .kv_quant import Pages, QuantizedPages
-from .layer_ops import ComposedOps, HeadSplit, PoolSlots
+from .layer_ops import MATMUL_ENV, ComposedOps, HeadSplit, PoolSlots
 
 THREADS = 256
 MAX_PER_THREAD = 64       # a row's elements a thread keeps in registers (widths up to 16384)
@@ -323,12 +326,23 @@ def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: st
 
 
 class CudaOps(ComposedOps):
-    """The fused kernels where they take the arrays, MLX's ops elsewhere."""
+    """The fused kernels where they take the arrays, MLX's ops elsewhere; with ``skinny_matmuls`` a float
+    projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS)."""
 
     stores_in_place = True
 
-    def __init__(self) -> None:
+    def __init__(self, skinny_matmuls: bool) -> None:
         self._kernels: dict[str, object] = {}
+        self.skinny_matmuls = skinny_matmuls
+
+    def linear(self, linear: nn.Module, x: mx.array) -> mx.array:
+        weight = linear.get("weight")
+        if self.skinny_matmuls and "bias" not in linear and weight is not None and cuda_matmul.takes(x, weight):
+            return cuda_matmul.skinny_matmul(x, weight)
+        return linear(x)
+
+    def host_bound(self) -> ComposedOps:
+        return CUDA_OPS if os.environ.get(MATMUL_ENV, "").strip().lower() == "cublas" else CUDA_SKINNY_OPS
 
     def _kernel(self, kind: str, inputs: list[str], outputs: list[str], call: str):
         kernel = self._kernels.get(kind)
@@ -388,4 +402,5 @@ class CudaOps(ComposedOps):
         return q, None, None
 
 
-CUDA_OPS = CudaOps()
+CUDA_OPS = CudaOps(skinny_matmuls=False)
+CUDA_SKINNY_OPS = CudaOps(skinny_matmuls=True)

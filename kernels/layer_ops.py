@@ -6,6 +6,9 @@ so the ops around the matmuls and the attention are fused:
 
 - ``add_rms_norm``: the residual add and the next RMS norm (two launches in
   mlx-lm's block) in one kernel writing both the sum and its norm;
+- ``linear``: a projection (the weights' matmul); in host-bound steps
+  (``host_bound``) the CUDA ops run a float weight's product over a decode
+  step's few rows as one custom kernel (cuda_matmul says why and when);
 - ``split_heads``: the fused q/k/v projection's output split into heads, q
   and k RMS-normalized per head (Qwen3) and roped at each row's position
   (``HeadSplit``), and k and v stored into the pool's slots (up to eight
@@ -40,6 +43,7 @@ import numpy as np
 from .kv_quant import Pages
 
 LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
+MATMUL_ENV = "MLXCEL_MATMUL"     # skinny: every step's projections; cublas: none; else host-bound steps
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,14 @@ class ComposedOps:
         q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
         return heads.rotate(q, k, v, positions)
 
+    def linear(self, linear: nn.Module, x: mx.array) -> mx.array:
+        """``linear(x)``: a projection of the layer."""
+        return linear(x)
+
+    def host_bound(self) -> "ComposedOps":
+        """The ops for a step whose host, not its GPU, sets the pace (one the fused cascade serves)."""
+        return self
+
 
 COMPOSED = ComposedOps()
 
@@ -85,8 +97,9 @@ def layer_ops() -> ComposedOps:
 
     if backend_name() != "cuda" or os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
         return COMPOSED
-    from .cuda_layer_ops import CUDA_OPS
-    return CUDA_OPS
+    from .cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS
+    matmul = os.environ.get(MATMUL_ENV, "").strip().lower()
+    return CUDA_SKINNY_OPS if matmul == "skinny" else CUDA_OPS
 
 
 def rope_frequencies(rope: nn.Module) -> tuple[mx.array, float, bool] | None:

@@ -201,6 +201,7 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
     from mlxcel.engine import cost_model
     from mlxcel.engine.layer_halves import LayerHalves
     monkeypatch.setattr(cost_model, "current", lambda measure: None)   # a GPU's model declines spans this small
+    monkeypatch.setenv("MLXCEL_MATMUL", "cublas")   # the plain path's matmuls in the traces too
     traces = []
     real = LayerHalves.whole
     monkeypatch.setattr(LayerHalves, "whole", lambda self, *a: traces.append(self) or real(self, *a))
@@ -227,6 +228,40 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
     else:
         per_layer = len(traces) / loaded.num_layers
         assert 1 <= per_layer <= cascade_steps / 3
+
+
+@pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
+def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model_path, make_engine, monkeypatch):
+    # Steps the fused cascade serves (host-bound) run their projections on the skinny kernel; its sums
+    # differ from cuBLAS's in order only, so the logits stay within bfloat16 rounding of each layer's
+    # products while the tokens agree (compared up to a row's first differing token: a near-tie may flip).
+    from mlxcel.engine import cost_model
+    from mlxcel.kernels import cuda_matmul
+    monkeypatch.setattr(cost_model, "current", lambda measure: None)
+    calls = []
+    real = cuda_matmul.skinny_matmul
+    monkeypatch.setattr(cuda_matmul, "skinny_matmul", lambda *a: calls.append(a) or real(*a))
+    loaded = load_model(tiny_model_path)
+    loaded.set_dtype(mx.bfloat16)
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 80)
+    prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
+    runs = {}
+    for matmul in ("cublas", "auto"):
+        monkeypatch.setenv("MLXCEL_MATMUL", matmul)
+        runs[matmul] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2,
+                                                        block_size=16), prompts, 24)
+    assert len(calls) >= 4 * loaded.num_layers   # traced: four projections a layer, called as each trace is made
+    (tokens, logits), (plain_tokens, plain_logits) = runs["auto"], runs["cublas"]
+    assert any(len(set(t)) > 1 for t in plain_tokens)
+    compared = 0
+    for row, plain_row, got, want in zip(tokens, plain_tokens, logits, plain_logits):
+        agree = next((i for i, (a, b) in enumerate(zip(row, plain_row)) if a != b), len(row))
+        for step in range(min(agree + 1, len(row))):   # a step's logits come before its token
+            scale = np.abs(want[step]).max()
+            assert np.abs(got[step] - want[step]).max() <= 0.05 * scale
+            compared += 1
+    assert compared >= len(prompts) * 12
 
 
 @pytest.mark.parametrize("value, mode", [("off", "off"), ("0", "off"), ("halves", "halves"), ("on", "whole"),

@@ -1,0 +1,123 @@
+"""A decode step's projections: MLX's matmul (cuBLASLt) against the skinny kernel, GPU and host time.
+
+    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--sweep]
+
+Per shape of an 8B layer (q/k/v, o, gate/up, down) and row count: the
+kernel's GPU time per call (CUPTI through PyTorch's profiler, over a chain of
+calls cycling through weights that together overflow the L2, so
+every call reads its weight from memory), the bandwidth that makes, and the
+host's encode time per call (``mx.async_eval`` of the chain, unprofiled; it
+includes the two small kernels that order each call after the last).
+Each skinny result is checked against float64 first (max error over the
+output's scale). ``--sweep`` times every launch shape in SWEEP at 32 rows
+besides the one ``tiles_for`` picks. Needs CUDA and torch; writes matmul.json and matmul.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from gpu_timeline import complete_events
+from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, skinny_matmul, tiles_for
+
+SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
+SWEEP = [(n, w, st) for n in (4, 8) for w in (2, 4, 8) for st in (4, 5, 6, 8)]
+L2_BYTES = 50 << 20
+
+
+def chain_of(call, x: mx.array, chain: int) -> list[mx.array]:
+    """``call`` chain times, each call's x depending on the previous output (x + 0 y[..., :1], two small
+    elementwise kernels), so that the calls run one after another, as a layer's do, not side by side."""
+    outs, xi = [], x
+    for i in range(chain):
+        outs.append(call(xi, i))
+        xi = x + 0 * outs[-1][..., :1]
+    return outs
+
+
+def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
+    """(GPU us per call of the call's own kernels under CUPTI, host encode us per call without the
+    profiler, the kernels' names) of a chain of ``call(x, i)``."""
+    from torch.profiler import ProfilerActivity, profile  # CUPTI; imported where it runs
+
+    mx.eval(chain_of(call, x, chain))
+    outs = chain_of(call, x, chain)
+    start = time.perf_counter()
+    mx.async_eval(outs)
+    encode = (time.perf_counter() - start) / chain * 1e6
+    mx.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        mx.eval(chain_of(call, x, chain))
+    kernels = [e for e in complete_events(prof) if e.get("cat") == "kernel" and "binary" not in e["name"].lower()]
+    # A call may be more than one kernel (cuBLAS's split-K reduction).
+    return sum(e["dur"] for e in kernels) / chain, encode, sorted({e["name"][:80] for e in kernels})
+
+
+def label(tiles: Tiles) -> str:
+    return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
+
+
+def as64(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32), dtype=np.float64)
+
+
+def error(y: mx.array, want: np.ndarray) -> float:
+    return float(np.abs(as64(y).reshape(want.shape) - want).max() / np.abs(want).max())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--chain", type=int, default=24)
+    parser.add_argument("--sweep", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    mx.random.seed(0)
+    results = []
+    for name, (n, k) in SHAPES.items():
+        copies = max(2, -(-2 * L2_BYTES // (n * k * 2)))
+        weights = [(mx.random.normal((n, k)) * k ** -0.5).astype(mx.bfloat16) for _ in range(copies)]
+        transposed = [w.T for w in weights]
+        mx.eval(weights, transposed)
+        floor_us = n * k * 2 / 4.8e12 * 1e6
+        w64 = as64(weights[0])
+        for rows in args.rows:
+            x = mx.random.normal((rows, 1, k)).astype(mx.bfloat16)
+            picked = tiles_for(rows)
+            want = as64(x).reshape(rows, k) @ w64.T
+            arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
+            configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in SWEEP if Tiles(picked.m_tiles, *c) != picked
+                                   and Tiles(picked.m_tiles, *c).shared_bytes <= SHARED_LIMIT]
+                                  if args.sweep and rows == 32 else [])
+            for tiles in configs:
+                arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
+            for arm, call in arms.items():
+                err = error(call(x, 0), want)
+                gpu_us, encode_us, names = gpu_time(call, x, args.chain)
+                row = {"kernels": names, "shape": name, "n": n, "k": k, "rows": rows, "arm": arm, "gpu_us": gpu_us,
+                       "tb_s": n * k * 2 / gpu_us / 1e6, "floor_us": floor_us, "encode_us": encode_us,
+                       "max_error": err, "picked": arm == label(picked)}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    (args.out / "matmul.json").write_text(json.dumps({"device": mx.device_info().get("device_name", ""),
+                                                       "results": results}, indent=1))
+    lines = ["| shape | rows | arm (n tiles x warps x stages) | GPU us | TB/s | floor us (4.8 TB/s) "
+             "| encode us | max error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        mark = " (picked)" if r["picked"] else ""
+        lines.append(f"| {r['shape']} | {r['rows']} | {r['arm']}{mark} | {r['gpu_us']:.2f} | {r['tb_s']:.2f} "
+                     f"| {r['floor_us']:.2f} | {r['encode_us']:.1f} | {r['max_error']:.2e} |")
+    (args.out / "matmul.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

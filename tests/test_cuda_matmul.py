@@ -1,0 +1,113 @@
+"""The skinny matmul (mlxcel.kernels.cuda_matmul): which projections it takes, what the ops fall back to,
+that its sources compile as MLX builds them (nvcc, no GPU needed), and, on a CUDA device, its products
+against float64 on fresh random inputs.
+
+Tolerance: bf16/f16 products are exact in float32; the float32 sums over K terms are off by at most
+K 2^-24 sum |x_k w_k| (the warps' order included), and the output's rounding adds 2^-9 |y| (bfloat16)
+or 2^-12 |y| (float16); the bound below doubles the rounding term for room.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from cuda_unit import compile_unit, nvcc, resources, translation_unit
+from mlxcel.kernels import cuda_matmul
+from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS
+from mlxcel.kernels.cuda_matmul import CALL, LIBRARY, MAX_ROWS, SHARED_LIMIT, Tiles, skinny_matmul, takes, tiles_for
+from mlxcel.kernels.layer_ops import COMPOSED
+
+needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
+                                reason="the skinny matmul needs a CUDA device (CI has none; "
+                                       "benchmarks/gpu_suite.sh runs these on the GPU)")
+needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
+ROUNDING = {mx.bfloat16: 2.0**-9, mx.float16: 2.0**-12}
+
+
+@pytest.mark.parametrize("x_shape, w_shape, dtype, w_dtype, taken", [
+    ((32, 1, 4096), (6144, 4096), mx.bfloat16, mx.bfloat16, True),
+    ((MAX_ROWS, 4096), (4096, 4096), mx.float16, mx.float16, True),
+    ((MAX_ROWS + 1, 1, 4096), (4096, 4096), mx.bfloat16, mx.bfloat16, False),   # a prefill chunk: cuBLAS
+    ((8, 1, 4096), (4096, 4096), mx.float32, mx.float32, False),
+    ((8, 1, 4096), (4096, 4096), mx.bfloat16, mx.float16, False),
+    ((8, 1, 4080), (4096, 4080), mx.bfloat16, mx.bfloat16, False),                # K not whole chunks
+    ((8, 1, 4096), (4100, 4096), mx.bfloat16, mx.bfloat16, False),                # N not whole 8-column tiles
+])
+def test_takes_16_bit_weights_over_a_decode_steps_rows(x_shape, w_shape, dtype, w_dtype, taken):
+    x, w = mx.zeros(x_shape, dtype=dtype), mx.zeros(w_shape, dtype=w_dtype)
+    assert takes(x, w) is taken
+
+
+def test_the_ops_keep_layers_the_kernel_does_not_take():
+    # Biased and quantized layers, and every layer where the step is not host-bound, run as they are (no
+    # launch: this runs on the CPU too).
+    x = mx.random.normal((4, 1, 64)).astype(mx.bfloat16)
+    biased = nn.Linear(64, 32, bias=True)
+    biased.set_dtype(mx.bfloat16)
+    quantized = nn.QuantizedLinear.from_linear(nn.Linear(64, 32), group_size=32, bits=4)
+    for layer in (biased, quantized):
+        np.testing.assert_array_equal(np.array(CUDA_SKINNY_OPS.linear(layer, x).astype(mx.float32)),
+                                      np.array(layer(x).astype(mx.float32)))
+    assert COMPOSED.host_bound() is COMPOSED
+    assert CUDA_OPS.skinny_matmuls is False and CUDA_SKINNY_OPS.skinny_matmuls is True
+
+
+@pytest.mark.parametrize("value, skinny", [("", True), ("cublas", False), ("skinny", True)])
+def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(monkeypatch, value, skinny):
+    monkeypatch.setenv("MLXCEL_MATMUL", value)
+    assert CUDA_OPS.host_bound().skinny_matmuls is skinny
+
+
+@needs_nvcc
+@pytest.mark.parametrize("rows", [1, 16, 32, MAX_ROWS])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, dtype):
+    tiles = tiles_for(rows)
+    assert tiles.shared_bytes <= SHARED_LIMIT
+    unit = translation_unit("skinny_matmul", LIBRARY, CALL, [("x", dtype), ("w", dtype)], [("y", dtype)],
+                            [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
+                             ("WARPS", tiles.warps), ("STAGES", tiles.stages)])
+    with tempfile.TemporaryDirectory() as folder:
+        registers, spills = resources(compile_unit(unit, Path(folder)))
+    assert spills == 0 and registers <= 255
+
+
+def as64(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32), dtype=np.float64)
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (5, 24, 32), (20, 200, 96),
+                                        (MAX_ROWS, 1024, 12288), (17, 64, 4128)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_products_match_float64(rows, n, k, dtype):
+    # Rows past a 16-row tile, N past a 64-column block, K of fewer chunks than warps, K not a multiple of
+    # the warps' chunks: each a path of the kernel's guards.
+    rng = np.random.default_rng()
+    x = mx.array(rng.standard_normal((rows, 1, k)).astype(np.float32)).astype(dtype)
+    w = mx.array((rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)).astype(dtype)
+    assert takes(x, w)
+    got = as64(skinny_matmul(x, w))[:, 0]
+    x64, w64 = as64(x)[:, 0], as64(w)
+    want = x64 @ w64.T
+    bound = 2 * ROUNDING[dtype] * np.abs(want) + k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
+    # The bound is tight enough to catch a misplaced operand: a permuted k order is far outside it.
+    wrong = x64[:, ::-1] @ w64.T
+    assert np.mean(np.abs(wrong - want) > bound) > 0.5
+
+
+@needs_cuda
+def test_every_launch_shape_of_the_sweep_computes_the_same_product():
+    rng = np.random.default_rng()
+    x = mx.array(rng.standard_normal((32, 1, 1024)).astype(np.float32)).astype(mx.bfloat16)
+    w = mx.array((rng.standard_normal((512, 1024)) / 32).astype(np.float32)).astype(mx.bfloat16)
+    want = as64(skinny_matmul(x, w))
+    for tiles in (Tiles(2, 4, 2, 4), Tiles(2, 8, 8, 3), Tiles(2, 4, 4, 8)):
+        np.testing.assert_allclose(as64(skinny_matmul(x, w, tiles)), want, rtol=2**-7, atol=1e-3)
