@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
@@ -34,7 +34,7 @@ from .cuda import HEADER, make_kernel
 from .fused import compact_source
 
 DTYPES = (mx.bfloat16, mx.float16)
-CHUNK = 32          # k per warp iteration: two k16 products
+CHUNK = 64          # k per warp iteration: a 128-byte line of each weight row, four k16 products
 MAX_ROWS = 64       # more rows (a prefill chunk) go to cuBLAS, whose plan is then a small part of the work
 
 LIBRARY = HEADER + r"""
@@ -55,7 +55,7 @@ __device__ __forceinline__ void wait_copies() {
 template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, typename S>
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w, T* y, int N,
                                               int K) {
-  constexpr int PIECES = N_TILES + 2 * M_TILES;   // 16-byte pieces a lane stages a chunk
+  constexpr int PIECES = 2 * (N_TILES + 2 * M_TILES);   // 16-byte pieces a lane stages a chunk: two a row
   constexpr int R = M_TILES * N_TILES * 4;        // a lane's accumulators
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -65,11 +65,11 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   for (int d = 0; d < x_ndim - 1; ++d) M *= x_shape[d];
 
   // This warp's chunks of K: every WARPS-th from its index.
-  const int mine = max(0, (K / 32 - warp + WARPS - 1) / WARPS);
+  const int mine = max(0, (K / 64 - warp + WARPS - 1) / WARPS);
 
   const T* w_row[N_TILES];
   #pragma unroll
-  for (int j = 0; j < N_TILES; ++j) w_row[j] = w + size_t(min(n0 + j * 8 + g, N - 1)) * K + t * 8;
+  for (int j = 0; j < N_TILES; ++j) w_row[j] = w + size_t(min(n0 + j * 8 + g, N - 1)) * K + t * 16;
   const T* x_row[M_TILES][2];
   bool x_live[M_TILES][2];
   #pragma unroll
@@ -78,22 +78,26 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     for (int h = 0; h < 2; ++h) {
       const int row = i * 16 + h * 8 + g;
       x_live[i][h] = row < M;
-      x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 8;
+      x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 16;
     }
 
   // A warp's ring of STAGES chunks, [stage][piece][lane]: a lane reads back only what it copied.
   uint4* ring = reinterpret_cast<uint4*>(mlxcel_shared) + warp * STAGES * PIECES * 32 + lane;
   auto stage_chunk = [&](int i) {
     const bool live = i < mine;
-    const int k = live ? (warp + i * WARPS) * 32 : 0;
+    const int k = live ? (warp + i * WARPS) * 64 : 0;
     uint4* slot = ring + (i % STAGES) * PIECES * 32;
     #pragma unroll
-    for (int j = 0; j < N_TILES; ++j) copy16(slot + j * 32, w_row[j] + k, live);
-    #pragma unroll
-    for (int i2 = 0; i2 < M_TILES; ++i2)
+    for (int half = 0; half < 2; ++half) {
       #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        copy16(slot + (N_TILES + i2 * 2 + h) * 32, x_row[i2][h] + k, live && x_live[i2][h]);
+      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + k + half * 8, live);
+      #pragma unroll
+      for (int i2 = 0; i2 < M_TILES; ++i2)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          copy16(slot + (2 * N_TILES + (half * M_TILES + i2) * 2 + h) * 32, x_row[i2][h] + k + half * 8,
+                 live && x_live[i2][h]);
+    }
     asm volatile("cp.async.commit_group;\n" ::);
   };
 
@@ -111,21 +115,24 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     wait_copies<STAGES - 2>();       // chunk c has landed
     stage_chunk(c + STAGES - 1);     // into the stage chunk c - 1 left (its products are issued)
     const uint4* slot = ring + (c % STAGES) * PIECES * 32;
-    uint4 wv[N_TILES], xv[M_TILES][2];
     #pragma unroll
-    for (int j = 0; j < N_TILES; ++j) wv[j] = slot[j * 32];
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
+    for (int half = 0; half < 2; ++half) {
+      uint4 wv[N_TILES], xv[M_TILES][2];
       #pragma unroll
-      for (int h = 0; h < 2; ++h) xv[i][h] = slot[(N_TILES + i * 2 + h) * 32];
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i) {
-      const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
-      const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
+      for (int j = 0; j < N_TILES; ++j) wv[j] = slot[(half * N_TILES + j) * 32];
       #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) {
-        mlxcel::Mma<T>::run(acc[i][j], a0, wv[j].x, wv[j].y);
-        mlxcel::Mma<T>::run(acc[i][j], a1, wv[j].z, wv[j].w);
+      for (int i = 0; i < M_TILES; ++i)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) xv[i][h] = slot[(2 * N_TILES + (half * M_TILES + i) * 2 + h) * 32];
+      #pragma unroll
+      for (int i = 0; i < M_TILES; ++i) {
+        const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
+        const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
+        #pragma unroll
+        for (int j = 0; j < N_TILES; ++j) {
+          mlxcel::Mma<T>::run(acc[i][j], a0, wv[j].x, wv[j].y);
+          mlxcel::Mma<T>::run(acc[i][j], a1, wv[j].z, wv[j].w);
+        }
       }
     }
   }
@@ -173,11 +180,11 @@ class Tiles:
     m_tiles: int
     n_tiles: int = 8
     warps: int = 4
-    stages: int = 5
+    stages: int = 4
 
     @property
     def shared_bytes(self) -> int:
-        ring = self.warps * self.stages * (self.n_tiles + 2 * self.m_tiles) * 32 * 16
+        ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles) * 32 * 16
         return max(ring, self.warps * self.m_tiles * self.n_tiles * 4 * 32 * 4)
 
     def blocks(self, n: int) -> int:
@@ -185,9 +192,13 @@ class Tiles:
 
 
 def tiles_for(rows: int) -> Tiles:
-    """The launch for ``rows``: 64 columns a block, 4 warps, 5 chunks in flight each, near the best of the
-    sweep for every 8B layer shape (gpu_matmul_bench.py --sweep on an H200)."""
-    return Tiles(-(-rows // 16))
+    """The launch for ``rows``: 64 columns a block, 4 warps, each with a ring of 4 chunks (3 at 64 rows, whose
+    x pieces fill the shared memory sooner): near the best of the sweep for every 8B layer shape
+    (gpu_matmul_bench.py --sweep on an H200)."""
+    tiles = Tiles(-(-rows // 16))
+    while tiles.shared_bytes > SHARED_LIMIT:
+        tiles = replace(tiles, stages=tiles.stages - 1)
+    return tiles
 
 
 @functools.lru_cache(maxsize=None)
