@@ -69,7 +69,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
 
   const T* w_row[N_TILES];
   #pragma unroll
-  for (int j = 0; j < N_TILES; ++j) w_row[j] = w + size_t(min(n0 + j * 8 + g, N - 1)) * K + t * 16;
+  for (int j = 0; j < N_TILES; ++j) w_row[j] = w + size_t(min(n0 + j * 8 + g, N - 1)) * K + t * 8;
   const T* x_row[M_TILES][2];
   bool x_live[M_TILES][2];
   #pragma unroll
@@ -78,7 +78,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     for (int h = 0; h < 2; ++h) {
       const int row = i * 16 + h * 8 + g;
       x_live[i][h] = row < M;
-      x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 16;
+      x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 8;
     }
 
   // A warp's ring of STAGES chunks, [stage][piece][lane]: a lane reads back only what it copied.
@@ -90,12 +90,12 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + k + half * 8, live);
+      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + k + half * 32, live);
       #pragma unroll
       for (int i2 = 0; i2 < M_TILES; ++i2)
         #pragma unroll
         for (int h = 0; h < 2; ++h)
-          copy16(slot + (2 * N_TILES + (half * M_TILES + i2) * 2 + h) * 32, x_row[i2][h] + k + half * 8,
+          copy16(slot + (2 * N_TILES + (half * M_TILES + i2) * 2 + h) * 32, x_row[i2][h] + k + half * 32,
                  live && x_live[i2][h]);
     }
     asm volatile("cp.async.commit_group;\n" ::);
