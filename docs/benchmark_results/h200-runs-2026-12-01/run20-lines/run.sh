@@ -1,4 +1,5 @@
 # The skinny matmul reading a 128-byte line of each weight row a chunk (four lanes 64 contiguous bytes, twice)
+# against cuBLAS, with a sweep at
 # 32 rows, after the kernel's GPU tests. Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 set -u
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
