@@ -90,7 +90,7 @@ def main() -> None:
         w64 = as64(weights[0])
         for rows in args.rows:
             x = mx.random.normal((rows, 1, k)).astype(mx.bfloat16)
-            picked = tiles_for(rows)
+            picked = tiles_for(rows, n)
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
             configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in SWEEP if Tiles(picked.m_tiles, *c) != picked

@@ -66,9 +66,10 @@ def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(monk
 
 @needs_nvcc
 @pytest.mark.parametrize("rows", [1, 16, 32, MAX_ROWS])
+@pytest.mark.parametrize("n", [4096, 24576])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, dtype):
-    tiles = tiles_for(rows)
+def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype):
+    tiles = tiles_for(rows, n)
     assert tiles.shared_bytes <= SHARED_LIMIT
     unit = translation_unit("skinny_matmul", LIBRARY, CALL, [("x", dtype), ("w", dtype)], [("y", dtype)],
                             [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
