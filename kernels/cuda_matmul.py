@@ -1,25 +1,26 @@
 """A decode step's projections, y = x W^T for a few rows, as one custom launch.
 
 MLX's CUDA backend runs a matmul through cuBLASLt and builds its plan (the
-matrix layouts, the algorithm heuristic) on every call: 35-80 us of host time
-an encode on an H200 host, where this kernel's launch costs 15-30
+matrix layouts, the algorithm heuristic) on every call: 44-81 us of host time
+to encode one on an H200 host, where this kernel's launch costs 26-34
 (gpu_matmul_bench.py). A decode step of an 8B model makes four a layer (q/k/v,
 o, gate/up, down: 144), and where the fused cascade serves the step the host,
-not the GPU, sets its pace. cuBLAS's kernels (TMA, 16 stages) stream the
-weight faster: this one takes 1.08-1.23x their GPU time at 32 rows, so the
-engine uses it only in those host-bound steps (layer_ops says when).
+not the GPU, sets its pace. cuBLAS's kernels (TMA, up to 16 stages) stream the
+weight faster: this one takes 1.08-1.21x their GPU time at 32 rows, so the
+engine uses it only in those host-bound steps (layer_ops.host_bound).
 
 The layout: a block owns ``8 N_TILES`` output columns and all (<= 16
-``M_TILES``) rows; its warps split K in 32-wide chunks (warp w takes chunks
-w, w + WARPS, ...), each chunk two m16n8k16 tensor-core products per (m, n)
-tile. A lane copies 16 contiguous bytes of each of its weight rows (k 8t..8t+7
-of the chunk, t = lane % 4) and of each of its x rows into its warp's ring of
+``M_TILES``) rows; its warps split K in 64-wide chunks (warp w takes chunks
+w, w + WARPS, ...), each chunk four m16n8k16 tensor-core products per (m, n)
+tile. For each of its weight rows and x rows a lane copies two 16-byte pieces
+(k 8t..8t+7 and 32+8t..32+8t+7 of the chunk, t = lane % 4: four lanes read a
+row's 64 contiguous bytes, whole sectors, twice) into its warp's ring of
 STAGES chunks (cp.async, STAGES - 1 in flight) and reads back only what it
 copied: the mma's k order is permuted to match (its k 2t, 2t+1, 2t+8, 2t+9
-are the chunk's 8t..8t+3, then 8t+4..8t+7), a sum's order being free, so no
-operand is shuffled. The warps' float32 sums meet in shared memory, are added
-in warp order (the same order every run) and rounded once to the output's
-dtype.
+are a piece's first four, the next product's its last four), a sum's order
+being free, so no operand is shuffled. The warps' float32 sums meet in shared
+memory, are added in warp order (the same order every run) and rounded once
+to the output's dtype.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, typename 
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w, T* y, int N,
                                               int K) {
   constexpr int PIECES = 2 * (N_TILES + 2 * M_TILES);   // 16-byte pieces a lane stages a chunk: two a row
+  static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
   constexpr int R = M_TILES * N_TILES * 4;        // a lane's accumulators
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -193,12 +195,12 @@ class Tiles:
 
 def tiles_for(rows: int, n: int) -> Tiles:
     """The launch for ``rows`` x ``n``: 64 columns a block and 4 warps where that makes at least 96 blocks
-    (of an H200's 132 SMs), else 32 columns and 8 warps; each warp a ring of 3 chunks (fewer where the rows'
-    pieces would overfill the shared memory). The best or within 3% of it for every 8B layer shape at 32 rows
-    (gpu_matmul_bench.py --sweep on an H200)."""
+    (of an H200's 132 SMs), else 32 columns and 8 warps; each warp a ring of 3 chunks. Where the rows'
+    pieces would overfill the shared memory, fewer warps first (each keeps its chunks in flight), then fewer
+    stages. At 32 rows the sweep's best for each 8B layer shape (gpu_matmul_bench.py --sweep on an H200)."""
     tiles = Tiles(-(-rows // 16)) if n >= 96 * 64 else Tiles(-(-rows // 16), n_tiles=4, warps=8)
     while tiles.shared_bytes > SHARED_LIMIT:
-        tiles = replace(tiles, stages=tiles.stages - 1)
+        tiles = replace(tiles, warps=tiles.warps // 2) if tiles.warps > 4 else replace(tiles, stages=tiles.stages - 1)
     return tiles
 
 

@@ -193,28 +193,36 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
             np.testing.assert_array_equal(step, plain_step)
 
 
-def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path, make_engine, monkeypatch):
-    # Where the fused cascade runs (a GPU, 16-bit pages) each decode layer is one trace with the cascade's
-    # launches inside, its layout's arrays as inputs: the logits stay the plain path's bit for bit while rows
-    # cross pages on different steps, and a layer is traced a few times (row counts), not once per layout.
-    from mlxcel import kernels
+def cascade_runs(tiny_model_path, make_engine, monkeypatch, env: str, values: tuple[str, ...]):
+    """(the bf16 model, {value: greedy tokens and logits}, the last engine): 4 rows behind an 80-token shared
+    prefix, 24 tokens each, cascade on over pages of 16, once for each value of the env variable ``env``."""
     from mlxcel.engine import cost_model
-    from mlxcel.engine.layer_halves import LayerHalves
     monkeypatch.setattr(cost_model, "current", lambda measure: None)   # a GPU's model declines spans this small
-    monkeypatch.setenv("MLXCEL_MATMUL", "cublas")   # the plain path's matmuls in the traces too
-    traces = []
-    real = LayerHalves.whole
-    monkeypatch.setattr(LayerHalves, "whole", lambda self, *a: traces.append(self) or real(self, *a))
     loaded = load_model(tiny_model_path)
     loaded.set_dtype(mx.bfloat16)
     rng = np.random.default_rng()
     system = random_prompt(rng, 80)
     prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
     runs = {}
-    for mode in ("off", "on"):
-        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+    for value in values:
+        monkeypatch.setenv(env, value)
         engine = make_engine(loaded=loaded, enabled=True, min_shared_pages=2, block_size=16)
-        runs[mode] = engine_greedy_logits(engine, prompts, 24)
+        runs[value] = engine_greedy_logits(engine, prompts, 24)
+    return loaded, runs, engine
+
+
+def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path, make_engine, monkeypatch):
+    # Where the fused cascade runs (a GPU, 16-bit pages) each decode layer is one trace with the cascade's
+    # launches inside, its layout's arrays as inputs: the logits stay the plain path's bit for bit while rows
+    # cross pages on different steps, and a layer is traced a few times (row counts), not once per layout.
+    from mlxcel import kernels
+    from mlxcel.engine.layer_halves import LayerHalves
+    monkeypatch.setenv("MLXCEL_MATMUL", "cublas")   # the plain path's matmuls in the traces too
+    traces = []
+    real = LayerHalves.whole
+    monkeypatch.setattr(LayerHalves, "whole", lambda self, *a: traces.append(self) or real(self, *a))
+    loaded, runs, engine = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_TRACED_LAYERS",
+                                        ("off", "on"))
     (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
     assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
     for row, plain_row in zip(logits, plain_logits):
@@ -235,22 +243,11 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
     # Steps the fused cascade serves (host-bound) run their projections on the skinny kernel; its sums
     # differ from cuBLAS's in order only, so the logits stay within bfloat16 rounding of each layer's
     # products while the tokens agree (compared up to a row's first differing token: a near-tie may flip).
-    from mlxcel.engine import cost_model
     from mlxcel.kernels import cuda_matmul
-    monkeypatch.setattr(cost_model, "current", lambda measure: None)
     calls = []
     real = cuda_matmul.skinny_matmul
     monkeypatch.setattr(cuda_matmul, "skinny_matmul", lambda *a: calls.append(a) or real(*a))
-    loaded = load_model(tiny_model_path)
-    loaded.set_dtype(mx.bfloat16)
-    rng = np.random.default_rng()
-    system = random_prompt(rng, 80)
-    prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
-    runs = {}
-    for matmul in ("cublas", "auto"):
-        monkeypatch.setenv("MLXCEL_MATMUL", matmul)
-        runs[matmul] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2,
-                                                        block_size=16), prompts, 24)
+    loaded, runs, _ = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_MATMUL", ("cublas", "auto"))
     assert len(calls) >= 4 * loaded.num_layers   # traced: four projections a layer, called as each trace is made
     (tokens, logits), (plain_tokens, plain_logits) = runs["auto"], runs["cublas"]
     assert any(len(set(t)) > 1 for t in plain_tokens)
