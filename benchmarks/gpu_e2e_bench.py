@@ -15,7 +15,9 @@ generates ``new_tokens`` greedy tokens (EOS ignored). The engine arms run
 twice, in the order cascade, flat, flat, cascade, so drift shows; with
 ``--kv-dtypes bfloat16,int8`` every KV page format gets both arms (ABBA over
 all of them), and ``--fit-private N`` counts the sessions of N own tokens
-each format's pool holds in the memory the weights leave.
+each format's pool holds in the memory the weights leave; with
+``--cascade-matmuls auto,cublas`` the cascade arms run with each matmul choice
+(MLXCEL_MATMUL) in the same ABBA order.
 
 Decode throughput counts full-batch decode steps only: steps in which every
 one of the ``concurrency`` requests got a token (both schedulers interleave
@@ -36,6 +38,7 @@ random ranks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -54,6 +57,7 @@ from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, on_pool
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
+from mlxcel.kernels.layer_ops import MATMUL_ENV
 
 # MLX's CUDA graph sizes (its defaults on an H200: 100 kernels or 1000 MB of inputs a graph); recorded with
 # each run, as larger graphs measured slower end to end.
@@ -126,30 +130,51 @@ def run_engine(engine: Engine, batch: list[list[int]], new_tokens: int, each_ste
 
 
 def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
-               shared: int, kv_dtype: str | None = None) -> dict:
-    engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype)
-    result = run_engine(engine, batch, new_tokens)
-    release(engine)
+               shared: int, kv_dtype: str | None = None, matmul: str = "auto") -> dict:
+    """One read; ``matmul`` the engine's MLXCEL_MATMUL for it."""
+    with matmul_env(matmul):
+        engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype)
+        result = run_engine(engine, batch, new_tokens)
+        release(engine)
     return result
 
 
+@contextlib.contextmanager
+def matmul_env(matmul: str):
+    """MLXCEL_MATMUL set to ``matmul`` (``auto``: unset) inside, as it was after."""
+    before = os.environ.pop(MATMUL_ENV, None)
+    if matmul != "auto":
+        os.environ[MATMUL_ENV] = matmul
+    try:
+        yield
+    finally:
+        os.environ.pop(MATMUL_ENV, None)
+        if before is not None:
+            os.environ[MATMUL_ENV] = before
+
+
 def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
-            kv_dtypes: tuple[str | None, ...] = (None,)) -> None:
+            kv_dtypes: tuple[str | None, ...] = (None,), matmuls: tuple[str, ...] = ("auto",)) -> None:
     """A few tokens through each path first, so that no measured read pays for compiling its kernels (NVRTC
     builds each template instance on its first launch: seconds at this shape). Enough tokens for steady
     decode-only steps after the staggered prefills: those steps' whole-layer traces and skinny matmuls are
     kernels of their own."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
-            engine_arm(loaded, batch, 16, cascade, block_size, shared, kv_dtype)
+            for matmul in matmuls if cascade else matmuls[:1]:
+                engine_arm(loaded, batch, 16, cascade, block_size, shared, kv_dtype, matmul)
 
 
-def arm_order(kv_dtypes: list[str]) -> list[tuple[str, bool, str]]:
-    """(name, cascade, kv dtype) of each measured read: cascade and flat of every KV dtype, then the same
-    reversed (ABBA), so drift over the run shows. The first KV dtype's arms keep the plain names."""
-    first = [(f"{arm}{'' if kv == kv_dtypes[0] else '_' + kv}", arm == "cascade", kv)
-             for kv in kv_dtypes for arm in ("cascade", "flat")]
-    return first + [(f"{name}_2", cascade, kv) for name, cascade, kv in reversed(first)]
+def arm_order(kv_dtypes: list[str], matmuls: list[str] = ("auto",)) -> list[tuple[str, bool, str, str]]:
+    """(name, cascade, kv dtype, matmul) of each measured read: cascade (once per matmul choice) and flat of
+    every KV dtype, then the same reversed (ABBA), so drift over the run shows. The first KV dtype's and the
+    first matmul's arms keep the plain names."""
+    def name(arm: str, kv: str, matmul: str) -> str:
+        return arm + ("" if matmul == matmuls[0] else "_" + matmul) + ("" if kv == kv_dtypes[0] else "_" + kv)
+
+    first = [(name(arm, kv, matmul), arm == "cascade", kv, matmul) for kv in kv_dtypes
+             for arm, choices in (("cascade", matmuls), ("flat", matmuls[:1])) for matmul in choices]
+    return first + [(f"{n}_2", cascade, kv, matmul) for n, cascade, kv, matmul in reversed(first)]
 
 
 def sessions_that_fit(loaded: LoadedModel, kv_dtype: str, private: int, new_tokens: int, block_size: int,
@@ -264,6 +289,8 @@ def main() -> None:
     parser.add_argument("--fit-private", type=int, default=0,
                         help="also count the sessions of this many own tokens each --fit-kv-dtypes pool holds")
     parser.add_argument("--fit-kv-dtypes", default="bfloat16,int8,int4")
+    parser.add_argument("--cascade-matmuls", default="auto",
+                        help="comma-separated MLXCEL_MATMUL choices to run the cascade arms with (auto, cublas)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),
@@ -284,17 +311,21 @@ def main() -> None:
                          for kv in args.fit_kv_dtypes.split(",")}
         print("fit", json.dumps(report["fit"]), flush=True)
         save()
-    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes))
+    matmuls = args.cascade_matmuls.split(",")
+    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), tuple(matmuls))
     arms = {}
-    for key, cascade, kv_dtype in arm_order(kv_dtypes):
-        result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype)
+    for key, cascade, kv_dtype, matmul in arm_order(kv_dtypes, matmuls):
+        result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype, matmul)
         arms[key] = result
-        report[key] = {"kv_dtype": kv_dtype, **{k: v for k, v in result.items() if k != "tokens"}}
+        report[key] = {"kv_dtype": kv_dtype, "matmul": matmul, **{k: v for k, v in result.items() if k != "tokens"}}
         print(key, json.dumps(report[key]), flush=True)
         save()
     report["cascade_vs_flat_tokens"] = agreement(arms["cascade"]["tokens"], arms["flat"]["tokens"])
     for kv in kv_dtypes[1:]:
         report[f"{kv}_vs_{kv_dtypes[0]}_flat_tokens"] = agreement(arms[f"flat_{kv}"]["tokens"], arms["flat"]["tokens"])
+    for matmul in matmuls[1:]:
+        report[f"cascade_{matmul}_vs_flat_tokens"] = agreement(arms[f"cascade_{matmul}"]["tokens"],
+                                                               arms["flat"]["tokens"])
     report["reads_agree"] = {name: arms[name]["tokens"] == arms[f"{name}_2"]["tokens"]
                              for name in arms if not name.endswith("_2")}
     if not args.skip_mlx_lm:

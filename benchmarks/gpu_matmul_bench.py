@@ -7,7 +7,7 @@ kernel's GPU time per call (CUPTI through PyTorch's profiler, over a chain of
 calls cycling through weights that together overflow the L2, so
 every call reads its weight from memory), the bandwidth that makes, and the
 host's encode time per call (``mx.async_eval`` of the chain, unprofiled; it
-includes the two small kernels that order each call after the last).
+includes the small kernels that order each call after the last).
 Each skinny result is checked against float64 first (max error over the
 output's scale). ``--sweep`` times every launch shape in SWEEP at 32 rows
 besides the one ``tiles_for`` picks. Needs CUDA and torch; writes matmul.json and matmul.md.
@@ -23,6 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from gpu_attention_bench import depend
 from gpu_timeline import complete_events
 from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, skinny_matmul, tiles_for
 
@@ -32,12 +33,13 @@ L2_BYTES = 50 << 20
 
 
 def chain_of(call, x: mx.array, chain: int) -> list[mx.array]:
-    """``call`` chain times, each call's x depending on the previous output (x + 0 y[..., :1], two small
-    elementwise kernels), so that the calls run one after another, as a layer's do, not side by side."""
+    """``call`` chain times, each call's x depending on the previous output (the attention bench's
+    ``depend``: small elementwise kernels), so that the calls run one after another, as a layer's do, not
+    side by side."""
     outs, xi = [], x
     for i in range(chain):
         outs.append(call(xi, i))
-        xi = x + 0 * outs[-1][..., :1]
+        xi = depend(x, outs[-1])
     return outs
 
 

@@ -16,14 +16,16 @@
 # except the smoke step: a few kernel tests that stop the run when they fail):
 #   1. MLXCEL_KERNELS=fused, outputs poisoned with NaN: the fused-kernel tests
 #      and the kernel and decode-path suites (tests/test_fused_kernels.py,
-#      test_kernels.py, test_attention.py, test_cascade_planner.py).
+#      test_kernels.py, test_attention.py, test_cascade_planner.py, test_cuda_matmul.py).
 #   2. The same suites on the portable kernels on the GPU (MLXCEL_KERNELS=portable).
 #   3. benchmarks/gpu_attention_bench.py (with the level-0 tile-width sweep),
 #      then benchmarks/gpu_timeline.py (the GPU's own kernel timestamps at the
-#      headline cell) where torch is importable, and
+#      headline cell) and benchmarks/gpu_matmul_bench.py (the skinny matmul
+#      against cuBLAS) where torch is importable, and
 #      benchmarks/gpu_flashinfer_bench.py where .fi-bundle/ was carried, and
 #      benchmarks/gpu_forest_bench.py (nested and two-tenant cells).
-#   4. benchmarks/gpu_e2e_bench.py and benchmarks/gpu_step_profile.py when
+#   4. benchmarks/gpu_e2e_bench.py (the cascade arms with the skinny matmul and
+#      with cuBLAS) and benchmarks/gpu_step_profile.py when
 #      GPU_SUITE_E2E=1 (needs mlx-lm's wheel); GPU_SUITE_E2E=only runs these alone.
 # Runs well under 10 minutes without step 4; step 4 adds about 3.
 set -uo pipefail
@@ -88,7 +90,7 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
     exit 1
   fi
   suites="tests/test_fused_kernels.py tests/test_kernels.py tests/test_attention.py tests/test_cascade_planner.py
-    tests/test_cost_model.py
+    tests/test_cuda_matmul.py tests/test_cost_model.py
     tests/test_engine.py tests/test_pipeline.py tests/test_cascade_fault.py"
   step tests_fused env MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan \
     python3 -m pytest -q -p no:cacheprovider -rs --maxfail=40 --junitxml="$out/tests_fused.xml" $suites
@@ -99,6 +101,7 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
   # profiler), where PyTorch is installed.
   if python3 -c "import torch" 2>/dev/null; then
     step timeline python3 benchmarks/gpu_timeline.py --out "$out"
+    step matmul_bench python3 benchmarks/gpu_matmul_bench.py --out "$out"
   fi
   # FlashInfer's cascade beside ours where its bundle was carried
   # (scripts/flashinfer_bundle.sh builds .fi-bundle/; its JIT uses this nvcc).
@@ -112,7 +115,7 @@ if [ "${GPU_SUITE_E2E:-0}" != only ]; then
     python3 benchmarks/gpu_forest_bench.py --out "$out"
 fi
 if [ "${GPU_SUITE_E2E:-0}" != 0 ]; then
-  step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out"
+  step e2e_bench python3 benchmarks/gpu_e2e_bench.py --out "$out" --cascade-matmuls auto,cublas
   step step_profile python3 benchmarks/gpu_step_profile.py --out "$out"
 fi
 cat "$out/summary.txt"

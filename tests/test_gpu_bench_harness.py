@@ -4,6 +4,7 @@ compute something else than the method timed."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -109,3 +110,19 @@ def test_the_forest_bench_builds_and_checks_a_small_cell_on_any_device():
     assert checks["nested"] < 1e-3 and checks["one-level"] < 1e-3 and checks["sdpa"] < 2e-2
     timed = {arm: {"s": 1e-3, "iqr_s": 1e-4} for arm in ("nested", "one-level", "flat", "sdpa")}
     assert "| small | nested | 1000.0 (100.0) | 1.00 |" in forest.table([{**result, **timed}])
+
+
+def test_the_e2e_reads_run_abba_with_each_cascade_matmul(monkeypatch):
+    import gpu_e2e_bench as e2e
+    order = e2e.arm_order(["bfloat16", "int8"], ["auto", "cublas"])
+    first = [("cascade", True, "bfloat16", "auto"), ("cascade_cublas", True, "bfloat16", "cublas"),
+             ("flat", False, "bfloat16", "auto"), ("cascade_int8", True, "int8", "auto"),
+             ("cascade_cublas_int8", True, "int8", "cublas"), ("flat_int8", False, "int8", "auto")]
+    assert order == first + [(f"{name}_2", *rest) for name, *rest in reversed(first)]
+    assert [name for name, *_ in e2e.arm_order(["bfloat16"])] == ["cascade", "flat", "flat_2", "cascade_2"]
+    monkeypatch.setenv("MLXCEL_MATMUL", "skinny")
+    with e2e.matmul_env("cublas"):
+        assert os.environ["MLXCEL_MATMUL"] == "cublas"
+    with e2e.matmul_env("auto"):
+        assert "MLXCEL_MATMUL" not in os.environ
+    assert os.environ["MLXCEL_MATMUL"] == "skinny"
