@@ -214,10 +214,10 @@ def kernel_for(shared_bytes: int):
 
 def takes(x: mx.array, weight: mx.array) -> bool:
     """Whether ``skinny_matmul`` computes x @ weight.T: a 16-bit weight [N, K]
-    of x's dtype, N in whole 8-column tiles, K in whole chunks, at most MAX_ROWS rows of x."""
+    of x's dtype, N in whole 8-column tiles, K in whole chunks, 1 to MAX_ROWS rows of x."""
     n, k = weight.shape if weight.ndim == 2 else (0, 0)
     return (weight.dtype in DTYPES and x.dtype == weight.dtype and x.shape[-1] == k and k > 0 and k % CHUNK == 0
-            and n % 8 == 0 and x.size // k <= MAX_ROWS)
+            and n % 8 == 0 and 0 < x.size // k <= MAX_ROWS)
 
 
 def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None) -> mx.array:

@@ -38,6 +38,7 @@ ROUNDING = {mx.bfloat16: 2.0**-9, mx.float16: 2.0**-12}
     ((8, 1, 4096), (4096, 4096), mx.bfloat16, mx.float16, False),
     ((8, 1, 4064), (4096, 4064), mx.bfloat16, mx.bfloat16, False),                # K not whole chunks
     ((8, 1, 4096), (4100, 4096), mx.bfloat16, mx.bfloat16, False),                # N not whole 8-column tiles
+    ((0, 1, 4096), (4096, 4096), mx.bfloat16, mx.bfloat16, False),                # no rows
 ])
 def test_takes_16_bit_weights_over_a_decode_steps_rows(x_shape, w_shape, dtype, w_dtype, taken):
     x, w = mx.zeros(x_shape, dtype=dtype), mx.zeros(w_shape, dtype=w_dtype)
