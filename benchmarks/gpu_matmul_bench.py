@@ -30,6 +30,7 @@ from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, skinny_matmul, tiles
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
 SWEEP = [(n, w, st) for n in (4, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
 L2_BYTES = 50 << 20
+MAX_ERROR = 2.0**-6     # of the output's scale: bf16 rounding (2^-9) and float32 sums, with room
 
 
 def chain_of(call, x: mx.array, chain: int) -> list[mx.array]:
@@ -102,6 +103,7 @@ def main() -> None:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
             for arm, call in arms.items():
                 err = error(call(x, 0), want)
+                assert err < MAX_ERROR, f"{name} x {rows} rows, {arm}: max error {err:.2e} of the output's scale"
                 gpu_us, encode_us, names = gpu_time(call, x, args.chain)
                 row = {"kernels": names, "shape": name, "n": n, "k": k, "rows": rows, "arm": arm, "gpu_us": gpu_us,
                        "tb_s": n * k * 2 / gpu_us / 1e6, "floor_us": floor_us, "encode_us": encode_us,
