@@ -16,7 +16,9 @@ store included).
   the MLP;
 - ``whole``: before, a traceable attention launch (the fused cascade: its
   layout's arrays are inputs, its launches' options fixed by its signature),
-  after: one call a layer. The page layout moves every few steps, but the
+  after: one call a layer (the model passes the host-bound variant of the
+  step's ops: their projections are the launches cheapest to encode,
+  ``layer_ops.host_bound``). The page layout moves every few steps, but the
   layout's arrays keep their shapes and the launches their options, so the
   trace replays; an attention that is not traceable runs between the traced
   halves.
