@@ -198,12 +198,18 @@ class Linear(nn.Module):
         mx.eval(transposed)
         self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, ops: ComposedOps = COMPOSED) -> mx.array:
         weight, prepared = self.weight, self._transposed
         transposed = prepared[1] if prepared is not None and prepared[0] is weight else weight.T
         if "bias" in self:
             return mx.addmm(self.bias, x, transposed)
-        return x @ transposed
+        return ops.matmul(x, weight, transposed)
+
+
+def project(ops: ComposedOps, linear: nn.Module, x: mx.array) -> mx.array:
+    """A layer's projection of x: the engine's ``Linear`` through the step's ops, any other layer (quantized;
+    a tensor-parallel shard, whose call includes its collective) as it is."""
+    return linear(x, ops) if isinstance(linear, Linear) else linear(x)
 
 
 def engine_linear(linear: nn.Module) -> nn.Module:
@@ -245,13 +251,13 @@ class PagedAttention(nn.Module):
         roped at ``positions``; with ``slots`` the ops may store k and v into
         the pool themselves (then both None)."""
         if "qkv_proj" in self:
-            return ops.split_heads(self.heads, ops.linear(self.qkv_proj, x), positions, slots)
-        return self.heads.rotate(ops.linear(self.q_proj, x), ops.linear(self.k_proj, x), ops.linear(self.v_proj, x),
-                                 positions)
+            return ops.split_heads(self.heads, project(ops, self.qkv_proj, x), positions, slots)
+        return self.heads.rotate(project(ops, self.q_proj, x), project(ops, self.k_proj, x),
+                                 project(ops, self.v_proj, x), positions)
 
     def output(self, ops: ComposedOps, o: mx.array) -> mx.array:
         """The attention's o [T, Hq, D] -> o_proj's [T, 1, hidden]."""
-        return ops.linear(self.o_proj, o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
+        return project(ops, self.o_proj, o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
 
 
 class FusedMLP(nn.Module):
@@ -270,10 +276,10 @@ class FusedMLP(nn.Module):
 
     def __call__(self, ops: ComposedOps, x: mx.array) -> mx.array:
         if "gate_up_proj" in self:
-            gate, up = mx.split(ops.linear(self.gate_up_proj, x), [self.hidden], axis=-1)
+            gate, up = mx.split(project(ops, self.gate_up_proj, x), [self.hidden], axis=-1)
         else:
-            gate, up = ops.linear(self.gate_proj, x), ops.linear(self.up_proj, x)
-        return ops.linear(self.down_proj, swiglu(gate, up))
+            gate, up = project(ops, self.gate_proj, x), project(ops, self.up_proj, x)
+        return project(ops, self.down_proj, swiglu(gate, up))
 
 
 @dataclass

@@ -32,7 +32,6 @@ import os
 import struct
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from . import cuda_matmul
 from .cuda import make_kernel
@@ -335,11 +334,10 @@ class CudaOps(ComposedOps):
         self._kernels: dict[str, object] = {}
         self.skinny_matmuls = skinny_matmuls
 
-    def linear(self, linear: nn.Module, x: mx.array) -> mx.array:
-        weight = linear.get("weight")
-        if self.skinny_matmuls and "bias" not in linear and weight is not None and cuda_matmul.takes(x, weight):
+    def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
+        if self.skinny_matmuls and cuda_matmul.takes(x, weight):
             return cuda_matmul.skinny_matmul(x, weight)
-        return linear(x)
+        return x @ transposed
 
     def host_bound(self) -> ComposedOps:
         return CUDA_OPS if os.environ.get(MATMUL_ENV, "").strip().lower() == "cublas" else CUDA_SKINNY_OPS

@@ -6,9 +6,9 @@ so the ops around the matmuls and the attention are fused:
 
 - ``add_rms_norm``: the residual add and the next RMS norm (two launches in
   mlx-lm's block) in one kernel writing both the sum and its norm;
-- ``linear``: a projection (the weights' matmul); in host-bound steps
-  (``host_bound``) the CUDA ops run a float weight's product over a decode
-  step's few rows as one custom kernel (cuda_matmul says why and when);
+- ``matmul``: a float projection's product; in host-bound steps
+  (``host_bound``) the CUDA ops run it over a decode step's few rows as one
+  custom kernel (cuda_matmul says why and when);
 - ``split_heads``: the fused q/k/v projection's output split into heads, q
   and k RMS-normalized per head (Qwen3) and roped at each row's position
   (``HeadSplit``), and k and v stored into the pool's slots (up to eight
@@ -77,9 +77,10 @@ class ComposedOps:
         q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
         return heads.rotate(q, k, v, positions)
 
-    def linear(self, linear: nn.Module, x: mx.array) -> mx.array:
-        """``linear(x)``: a projection of the layer."""
-        return linear(x)
+    def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
+        """x @ weight.T, a float projection's product (weight [N, K]); ``transposed`` is weight.T as MLX's
+        matmul takes it."""
+        return x @ transposed
 
     def host_bound(self) -> "ComposedOps":
         """The ops for a step whose host, not its GPU, sets the pace (one the fused cascade serves)."""

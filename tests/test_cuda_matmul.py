@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
-from mlxcel.kernels import cuda_matmul
+from mlxcel.engine.model import Linear, project
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS
 from mlxcel.kernels.cuda_matmul import CALL, LIBRARY, MAX_ROWS, SHARED_LIMIT, Tiles, skinny_matmul, takes, tiles_for
 from mlxcel.kernels.layer_ops import COMPOSED
@@ -45,16 +45,30 @@ def test_takes_16_bit_weights_over_a_decode_steps_rows(x_shape, w_shape, dtype, 
     assert takes(x, w) is taken
 
 
-def test_the_ops_keep_layers_the_kernel_does_not_take():
-    # Biased and quantized layers, and every layer where the step is not host-bound, run as they are (no
-    # launch: this runs on the CPU too).
+def test_only_the_engines_own_linear_reaches_the_kernel():
+    # Biased, quantized and tensor-parallel layers (a shard's call includes its collective) run as they are,
+    # whatever the step's ops: no launch, so this runs on the CPU too.
     x = mx.random.normal((4, 1, 64)).astype(mx.bfloat16)
     biased = nn.Linear(64, 32, bias=True)
     biased.set_dtype(mx.bfloat16)
     quantized = nn.QuantizedLinear.from_linear(nn.Linear(64, 32), group_size=32, bits=4)
-    for layer in (biased, quantized):
-        np.testing.assert_array_equal(np.array(CUDA_SKINNY_OPS.linear(layer, x).astype(mx.float32)),
+
+    class Shard(nn.Module):      # a 16-bit weight, no bias, and a call that is more than the product
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = mx.random.normal((32, 64)).astype(mx.bfloat16)
+
+        def __call__(self, x: mx.array) -> mx.array:
+            return x @ self.weight.T + 1
+
+    for layer in (biased, quantized, Shard()):
+        np.testing.assert_array_equal(np.array(project(CUDA_SKINNY_OPS, layer, x).astype(mx.float32)),
                                       np.array(layer(x).astype(mx.float32)))
+    plain = nn.Linear(64, 32, bias=False)
+    linear = Linear(plain)
+    linear.prepare()
+    np.testing.assert_array_equal(np.array(project(COMPOSED, linear, x.astype(mx.float32))),
+                                  np.array(plain(x.astype(mx.float32))))
     assert COMPOSED.host_bound() is COMPOSED
     assert CUDA_OPS.skinny_matmuls is False and CUDA_SKINNY_OPS.skinny_matmuls is True
 
