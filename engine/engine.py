@@ -91,7 +91,8 @@ def prompt_ids(token_ids, vocab_size: int) -> list[int]:
     if ids.size == 0:
         return []
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
-        at = next(i for i, t in enumerate(token_ids) if not isinstance(t, (int, np.integer)))
+        at = next(i for i, t in enumerate(token_ids)
+                  if not isinstance(t, (int, np.integer)) or isinstance(t, (bool, np.bool_)))
         raise ValueError(f"prompt token {at} is not an integer: {token_ids[at]!r}")
     outside = (ids < 0) | (ids >= vocab_size)
     if outside.any():

@@ -338,7 +338,7 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
     arrays = whole.arrays() if whole is not None else ()
     # The fused cascade reads a shared span once for all its rows, so the host
     # sets such a step's pace: its projections take the kernels cheapest to launch.
-    whole_ops = ops.host_bound()
+    whole_ops = ops.host_bound() if whole is not None else None
     for layer in inner.layers:
         halves: LayerHalves = layer.halves
         index = layer.self_attn.layer

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import struct
 
 import mlx.core as mx
@@ -37,7 +36,7 @@ from . import cuda_matmul
 from .cuda import make_kernel
 from .fused import compact_source
 from .kv_quant import Pages, QuantizedPages
-from .layer_ops import MATMUL_ENV, ComposedOps, HeadSplit, PoolSlots
+from .layer_ops import ComposedOps, HeadSplit, PoolSlots
 
 THREADS = 256
 MAX_PER_THREAD = 64       # a row's elements a thread keeps in registers (widths up to 16384)
@@ -326,13 +325,15 @@ def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: st
 
 class CudaOps(ComposedOps):
     """The fused kernels where they take the arrays, MLX's ops elsewhere; with ``skinny_matmuls`` a float
-    projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS)."""
+    projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS). ``host_bound_ops``:
+    the ops of this step's host-bound layers (``host_bound``; None: these)."""
 
     stores_in_place = True
 
-    def __init__(self, skinny_matmuls: bool) -> None:
+    def __init__(self, skinny_matmuls: bool, host_bound_ops: "CudaOps | None" = None) -> None:
         self._kernels: dict[str, object] = {}
         self.skinny_matmuls = skinny_matmuls
+        self._host_bound = host_bound_ops or self
 
     def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
         if self.skinny_matmuls and cuda_matmul.takes(x, weight):
@@ -340,7 +341,7 @@ class CudaOps(ComposedOps):
         return x @ transposed
 
     def host_bound(self) -> ComposedOps:
-        return CUDA_OPS if os.environ.get(MATMUL_ENV, "").strip().lower() == "cublas" else CUDA_SKINNY_OPS
+        return self._host_bound
 
     def _kernel(self, kind: str, inputs: list[str], outputs: list[str], call: str):
         kernel = self._kernels.get(kind)
@@ -400,5 +401,12 @@ class CudaOps(ComposedOps):
         return q, None, None
 
 
-CUDA_OPS = CudaOps(skinny_matmuls=False)
 CUDA_SKINNY_OPS = CudaOps(skinny_matmuls=True)
+CUDA_CUBLAS_OPS = CudaOps(skinny_matmuls=False)
+CUDA_OPS = CudaOps(skinny_matmuls=False, host_bound_ops=CUDA_SKINNY_OPS)
+
+
+def cuda_ops(matmul: str) -> CudaOps:
+    """The CUDA ops for an ``MLXCEL_MATMUL`` choice: ``skinny`` in every decode step, ``cublas`` in none, else
+    (the default) in host-bound steps."""
+    return {"skinny": CUDA_SKINNY_OPS, "cublas": CUDA_CUBLAS_OPS}.get(matmul, CUDA_OPS)

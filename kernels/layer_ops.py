@@ -98,9 +98,8 @@ def layer_ops() -> ComposedOps:
 
     if backend_name() != "cuda" or os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
         return COMPOSED
-    from .cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS
-    matmul = os.environ.get(MATMUL_ENV, "").strip().lower()
-    return CUDA_SKINNY_OPS if matmul == "skinny" else CUDA_OPS
+    from .cuda_layer_ops import cuda_ops
+    return cuda_ops(os.environ.get(MATMUL_ENV, "").strip().lower())
 
 
 def rope_frequencies(rope: nn.Module) -> tuple[mx.array, float, bool] | None:

@@ -19,7 +19,7 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
-from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS
+from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
 from mlxcel.kernels.cuda_matmul import CALL, LIBRARY, MAX_ROWS, SHARED_LIMIT, Tiles, skinny_matmul, takes, tiles_for
 from mlxcel.kernels.layer_ops import COMPOSED
 
@@ -73,10 +73,12 @@ def test_only_the_engines_own_linear_reaches_the_kernel():
     assert CUDA_OPS.skinny_matmuls is False and CUDA_SKINNY_OPS.skinny_matmuls is True
 
 
-@pytest.mark.parametrize("value, skinny", [("", True), ("cublas", False), ("skinny", True)])
-def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(monkeypatch, value, skinny):
-    monkeypatch.setenv("MLXCEL_MATMUL", value)
-    assert CUDA_OPS.host_bound().skinny_matmuls is skinny
+@pytest.mark.parametrize("value, every_step, host_bound", [("", False, True), ("cublas", False, False),
+                                                            ("skinny", True, True)])
+def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(value, every_step, host_bound):
+    ops = cuda_ops(value)
+    assert ops.skinny_matmuls is every_step
+    assert ops.host_bound().skinny_matmuls is host_bound
 
 
 @needs_nvcc

@@ -335,7 +335,8 @@ def test_request_that_can_never_fit_is_rejected(make_engine):
 
 
 @pytest.mark.parametrize("bad, message", [([5, 1 << 20], "token 1 is 1048576, outside the vocabulary"),
-                                          ([5, -1], "token 1 is -1"), ([5, 2.0], "token 1 is not an integer")])
+                                          ([5, -1], "token 1 is -1"), ([5, 2.0], "token 1 is not an integer"),
+                                          ([True, False], "token 0 is not an integer")])
 def test_a_prompt_of_bad_token_ids_is_refused_and_the_batch_runs_on(make_engine, bad, message):
     engine = make_engine()
     good = engine.submit(np.arange(10, 40), SamplingParams(max_tokens=4, ignore_eos=True))   # NumPy ints are ints
