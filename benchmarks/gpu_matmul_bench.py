@@ -97,7 +97,7 @@ def main() -> None:
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
             configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in SWEEP if Tiles(picked.m_tiles, *c) != picked
-                                   and Tiles(picked.m_tiles, *c).shared_bytes <= SHARED_LIMIT]
+                                   and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT]
                                   if args.sweep and rows == 32 else [])
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)

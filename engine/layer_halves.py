@@ -85,25 +85,17 @@ class LayerHalves:
     def before(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
                slot_blocks: mx.array | None = None, slot_offsets: mx.array | None = None,
                k_pool: Pages | None = None, v_pool: Pages | None = None):
-        """(residual + h, q [T, Hq, D], k, v [T, Hkv, D]); the first layer
-        (``residual`` None) normalizes h alone. With the pool's arrays the ops
-        may store k and v themselves (then both None)."""
-        layer = self.layer
-        norm = layer.input_layernorm
-        if residual is None:
-            residual, x = h, norm(h)
-        else:
-            residual, x = ops.add_rms_norm(residual, h, norm.weight, norm.eps)
+        """(the stream, q [T, Hq, D], k, v [T, Hkv, D]) from the stream's pair
+        (model.py; ``residual`` None: h is the stream). With the pool's arrays
+        the ops may store k and v themselves (then both None)."""
         slots = None if k_pool is None else PoolSlots(k_pool, v_pool, slot_blocks, slot_offsets)
-        q, k, v = layer.self_attn.project(ops, x, positions, slots)
-        return residual, q, k, v
+        return self.layer.self_attn.project(ops, residual, h, self.layer.input_layernorm, positions, slots)
 
-    def after(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array, mx.array]:
-        """(residual + o_proj(o), the MLP's output) from the attention's o [T, Hq, D]."""
+    def after(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
+        """The stream's pair (model.py) after o_proj of the attention's o [T, Hq, D] and the MLP."""
         layer = self.layer
-        norm = layer.post_attention_layernorm
-        residual, x = ops.add_rms_norm(residual, layer.self_attn.output(ops, o), norm.weight, norm.eps)
-        return residual, layer.mlp(ops, x)
+        residual, h = layer.self_attn.output(ops, residual, o)
+        return layer.mlp(ops, residual, h, layer.post_attention_layernorm)
 
     def whole(self, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None, h: mx.array,
               positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages, v_pool: Pages,

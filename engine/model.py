@@ -198,18 +198,49 @@ class Linear(nn.Module):
         mx.eval(transposed)
         self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
 
+    def transposed(self) -> mx.array:
+        prepared = self._transposed
+        return prepared[1] if prepared is not None and prepared[0] is self.weight else self.weight.T
+
     def __call__(self, x: mx.array, ops: ComposedOps = COMPOSED) -> mx.array:
-        weight, prepared = self.weight, self._transposed
-        transposed = prepared[1] if prepared is not None and prepared[0] is weight else weight.T
         if "bias" in self:
-            return mx.addmm(self.bias, x, transposed)
-        return ops.matmul(x, weight, transposed)
+            return mx.addmm(self.bias, x, self.transposed())
+        return ops.matmul(x, self.weight, self.transposed())
 
 
 def project(ops: ComposedOps, linear: nn.Module, x: mx.array) -> mx.array:
     """A layer's projection of x: the engine's ``Linear`` through the step's ops, any other layer (quantized;
     a tensor-parallel shard, whose call includes its collective) as it is."""
     return linear(x, ops) if isinstance(linear, Linear) else linear(x)
+
+
+# The residual stream between a layer's ops is a pair (residual, h) whose sum
+# it is, the add left to the next norm (add_rms_norm folds it in); residual
+# None: h is the stream itself (the embedding, or a product whose launch added
+# the residual: where the ops fold it, ``project_add``).
+
+def folds(ops: ComposedOps, linear: nn.Module, x: mx.array) -> bool:
+    """Whether the ops fold the norm before, or the add after, this projection of x into its launch."""
+    return isinstance(linear, Linear) and "bias" not in linear and ops.folds(x, linear.weight)
+
+
+def norm_project(ops: ComposedOps, residual: mx.array | None, h: mx.array, norm: nn.Module,
+                 linears: tuple[nn.Module, ...]) -> tuple[mx.array, list[mx.array]]:
+    """(the stream, each linear's projection of its norm)."""
+    if residual is None and all(folds(ops, linear, h) for linear in linears):
+        return h, [ops.normed_matmul(h, norm.weight, norm.eps, linear.weight, linear.transposed())
+                   for linear in linears]
+    stream, x = (h, norm(h)) if residual is None else ops.add_rms_norm(residual, h, norm.weight, norm.eps)
+    return stream, [project(ops, linear, x) for linear in linears]
+
+
+def project_add(ops: ComposedOps, linear: nn.Module, x: mx.array,
+                residual: mx.array) -> tuple[mx.array | None, mx.array]:
+    """The stream once linear(x) joins ``residual``: (None, the sum) where the ops fold the add into the
+    product's launch, else (residual, the product)."""
+    if folds(ops, linear, x):
+        return None, ops.matmul_add(x, linear.weight, linear.transposed(), residual)
+    return residual, project(ops, linear, x)
 
 
 def engine_linear(linear: nn.Module) -> nn.Module:
@@ -245,19 +276,20 @@ class PagedAttention(nn.Module):
         self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, attn.rope,
                                self.get("q_norm"), self.get("k_norm"))
 
-    def project(self, ops: ComposedOps, x: mx.array, positions: mx.array,
-                slots: PoolSlots | None) -> tuple[mx.array, mx.array | None, mx.array | None]:
-        """x [T, 1, hidden] -> q [T, Hq, D], k and v [T, Hkv, D] normalized and
-        roped at ``positions``; with ``slots`` the ops may store k and v into
-        the pool themselves (then both None)."""
+    def project(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, norm: nn.Module,
+                positions: mx.array, slots: PoolSlots | None):
+        """(the stream, q [T, Hq, D], k and v [T, Hkv, D]) from the stream's pair (residual, h [T, 1, hidden])
+        through ``norm``, q and k normalized and roped at ``positions``; with ``slots`` the ops may store k
+        and v into the pool themselves (then both None)."""
         if "qkv_proj" in self:
-            return ops.split_heads(self.heads, project(ops, self.qkv_proj, x), positions, slots)
-        return self.heads.rotate(project(ops, self.q_proj, x), project(ops, self.k_proj, x),
-                                 project(ops, self.v_proj, x), positions)
+            stream, (qkv,) = norm_project(ops, residual, h, norm, (self.qkv_proj,))
+            return (stream, *ops.split_heads(self.heads, qkv, positions, slots))
+        stream, (q, k, v) = norm_project(ops, residual, h, norm, (self.q_proj, self.k_proj, self.v_proj))
+        return (stream, *self.heads.rotate(q, k, v, positions))
 
-    def output(self, ops: ComposedOps, o: mx.array) -> mx.array:
-        """The attention's o [T, Hq, D] -> o_proj's [T, 1, hidden]."""
-        return project(ops, self.o_proj, o.reshape(o.shape[0], 1, self.n_heads * self.head_dim))
+    def output(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
+        """The stream's pair once o_proj of the attention's o [T, Hq, D] joins ``residual``."""
+        return project_add(ops, self.o_proj, o.reshape(o.shape[0], 1, self.n_heads * self.head_dim), residual)
 
 
 class FusedMLP(nn.Module):
@@ -274,12 +306,19 @@ class FusedMLP(nn.Module):
             self.gate_proj, self.up_proj = map(engine_linear, parts)
         self.down_proj = engine_linear(mlp.down_proj)
 
-    def __call__(self, ops: ComposedOps, x: mx.array) -> mx.array:
-        if "gate_up_proj" in self:
-            gate, up = mx.split(project(ops, self.gate_up_proj, x), [self.hidden], axis=-1)
+    def __call__(self, ops: ComposedOps, residual: mx.array | None, h: mx.array,
+                 norm: nn.Module) -> tuple[mx.array | None, mx.array]:
+        """The stream's pair once the MLP of its norm joins it."""
+        if "gate_up_proj" in self and residual is None and folds(ops, self.gate_up_proj, h):
+            linear = self.gate_up_proj
+            stream, activation = h, ops.normed_swiglu(h, norm.weight, norm.eps, linear.weight, linear.transposed())
+        elif "gate_up_proj" in self:
+            stream, (gate_up,) = norm_project(ops, residual, h, norm, (self.gate_up_proj,))
+            activation = swiglu(*mx.split(gate_up, [self.hidden], axis=-1))
         else:
-            gate, up = project(ops, self.gate_proj, x), project(ops, self.up_proj, x)
-        return project(ops, self.down_proj, swiglu(gate, up))
+            stream, (gate, up) = norm_project(ops, residual, h, norm, (self.gate_proj, self.up_proj))
+            activation = swiglu(gate, up)
+        return project_add(ops, self.down_proj, activation, stream)
 
 
 @dataclass
@@ -359,7 +398,7 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
         if k is not None:     # else the ops stored them (layer_ops: the pool written in place)
             ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)
         residual, h = after(residual, ctx.attend(index, q, layer.self_attn.scale))
-    return ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
+    return inner.norm(h) if residual is None else ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
 
 
 def output_logits(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:

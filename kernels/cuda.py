@@ -57,8 +57,10 @@ kernels cost ~10 us a step.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import struct
 import tempfile
 from pathlib import Path
 
@@ -926,6 +928,12 @@ def library_file(text: str) -> Path:
             failure = error
     raise RuntimeError(f"cannot write the CUDA kernel library to {name} in any of "
                        f"{[str(f) for f in library_folders()]}: {failure}")
+
+
+@functools.cache   # a model has a few such constants, asked for by every layer of every step
+def float_bits(value: float) -> int:
+    """A float32 as a template int (the kernels read it back with __int_as_float)."""
+    return struct.unpack("<i", struct.pack("<f", float(value)))[0]
 
 
 def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str, shared_bytes: int):

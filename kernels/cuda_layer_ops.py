@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import struct
 
 import mlx.core as mx
 
 from . import cuda_matmul
-from .cuda import make_kernel
+from .cuda import float_bits, make_kernel
 from .fused import compact_source
 from .kv_quant import Pages, QuantizedPages
 from .layer_ops import ComposedOps, HeadSplit, PoolSlots
@@ -311,12 +310,6 @@ def pool_store(pool: Pages, head_dim: int) -> int | None:
     return fmt.bits
 
 
-@functools.cache   # a model has a few such constants, asked for by every layer of every step
-def float_bits(value: float) -> int:
-    """A float32 as a template int (the kernels read it back with __int_as_float)."""
-    return struct.unpack("<i", struct.pack("<f", float(value)))[0]
-
-
 def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: str):
     # The digest names the kernel: MLX caches compiled kernels by name.
     digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
@@ -339,6 +332,27 @@ class CudaOps(ComposedOps):
         if self.skinny_matmuls and cuda_matmul.takes(x, weight):
             return cuda_matmul.skinny_matmul(x, weight)
         return x @ transposed
+
+    def folds(self, x: mx.array, weight: mx.array) -> bool:
+        return self.skinny_matmuls and cuda_matmul.takes(x, weight)
+
+    def normed_matmul(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
+                      transposed: mx.array) -> mx.array:
+        if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight):
+            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps))
+        return super().normed_matmul(x, norm_weight, eps, weight, transposed)
+
+    def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
+                      transposed: mx.array) -> mx.array:
+        if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight) and weight.shape[0] % 16 == 0:
+            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True)
+        return super().normed_swiglu(x, norm_weight, eps, weight, transposed)
+
+    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
+        if (self.folds(x, weight) and residual.dtype == x.dtype
+                and residual.shape == (*x.shape[:-1], weight.shape[0])):
+            return cuda_matmul.skinny_matmul(x, weight, residual=residual)
+        return super().matmul_add(x, weight, transposed, residual)
 
     def host_bound(self) -> ComposedOps:
         return self._host_bound

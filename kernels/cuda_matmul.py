@@ -21,6 +21,24 @@ are a piece's first four, the next product's its last four), a sum's order
 being free, so no operand is shuffled. The warps' float32 sums meet in shared
 memory, are added in warp order (the same order every run) and rounded once
 to the output's dtype.
+
+A decoder layer's ops around its projections ride along where the step's
+ops fold them (layer_ops, ``folds``): each is one launch less a layer for
+the host to encode and the GPU to run (a separate add+norm kernel took ~8 us
+of GPU time at 32 rows, its encode ~10 us of the host's):
+
+- ``norm``: x is the residual stream, RMS-normalized on the way in. Each
+  lane scales the x pieces it holds by the norm's weight (staged with them)
+  before they become operands, and sums their squares; a row's 1/rms, known
+  only once every chunk is read, multiplies its sums at the end (a per-row
+  factor commutes with the product). Every block adds the same squares in the
+  same order, so every block's rows get the same factor.
+- ``residual``: y = x W^T + residual, the product rounded before the add, as
+  the separate add rounds it.
+- ``swiglu``: the weight is gate and up stacked ([2 H, K]); a block's first
+  half of column tiles are gate rows, its second half the same up rows, and
+  it writes silu(gate) * up ([.., H]), each step rounded as mlx-lm's swiglu
+  rounds it.
 """
 
 from __future__ import annotations
@@ -31,7 +49,7 @@ from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
-from .cuda import HEADER, make_kernel
+from .cuda import HEADER, float_bits, make_kernel
 from .fused import compact_source
 
 DTYPES = (mx.bfloat16, mx.float16)
@@ -53,16 +71,54 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
 }
 
-template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, typename S>
-__device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w, T* y, int N,
-                                              int K) {
-  constexpr int PIECES = 2 * (N_TILES + 2 * M_TILES);   // 16-byte pieces a lane stages a chunk: two a row
+// A word of two 16-bit elements as floats.
+template <typename T> __device__ __forceinline__ float2 unpack(uint32_t word);
+template <> __device__ __forceinline__ float2 unpack<__nv_bfloat16>(uint32_t word) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&word));
+}
+template <> __device__ __forceinline__ float2 unpack<__half>(uint32_t word) {
+  return __half22float2(*reinterpret_cast<__half2*>(&word));
+}
+
+// A piece of x (8 elements) scaled by the norm's weight, its squares added to `squares`.
+template <typename T>
+__device__ __forceinline__ uint4 normed_piece(uint4 x, uint4 weight, float& squares) {
+  uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+  const uint32_t ws[4] = {weight.x, weight.y, weight.z, weight.w};
+  #pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = unpack<T>(xs[k]), g = unpack<T>(ws[k]);
+    squares = fmaf(v.x, v.x, fmaf(v.y, v.y, squares));
+    xs[k] = mlxcel::Mma<T>::pack(v.x * g.x, v.y * g.y);
+  }
+  return make_uint4(xs[0], xs[1], xs[2], xs[3]);
+}
+
+// silu(gate) * up with each op's result rounded to T (mlx-lm's swiglu, traced: sigmoid, x * sigmoid, * up).
+template <typename T>
+__device__ __forceinline__ T swiglu(float gate_sum, float up_sum) {
+  const float gate = static_cast<float>(static_cast<T>(gate_sum)), up = static_cast<float>(static_cast<T>(up_sum));
+  const float sigmoid = static_cast<float>(static_cast<T>(1.f / (1.f + __expf(-gate))));
+  return static_cast<T>(static_cast<float>(static_cast<T>(gate * sigmoid)) * up);
+}
+
+template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
+          int EPS_BITS, typename S>
+__device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
+                                              const T* norm_weight, const T* residual, T* y, int N, int K) {
   static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
+  static_assert(!SWIGLU || N_TILES % 2 == 0, "gate and up take half a block's column tiles each");
+  static_assert(!(SWIGLU && ADD), "one epilogue");
+  // 16-byte pieces a lane stages a chunk: two a row (and two of the norm's weight).
+  constexpr int PIECES = 2 * (N_TILES + 2 * M_TILES + (NORM ? 1 : 0));
   constexpr int R = M_TILES * N_TILES * 4;        // a lane's accumulators
+  constexpr int OUT_TILES = SWIGLU ? N_TILES / 2 : N_TILES;   // a block's 8-column tiles of y
+  constexpr int ROWS = M_TILES * 16;
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * N_TILES * 8;
+  const int n_out = SWIGLU ? N / 2 : N;
+  const int n0 = blockIdx.x * OUT_TILES * 8;
   int M = 1;   // x's leading axes are its rows
   for (int d = 0; d < x_ndim - 1; ++d) M *= x_shape[d];
 
@@ -71,7 +127,10 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
 
   const T* w_row[N_TILES];
   #pragma unroll
-  for (int j = 0; j < N_TILES; ++j) w_row[j] = w + size_t(min(n0 + j * 8 + g, N - 1)) * K + t * 8;
+  for (int j = 0; j < N_TILES; ++j) {
+    const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
+    w_row[j] = w + size_t(column) * K + t * 8;
+  }
   const T* x_row[M_TILES][2];
   bool x_live[M_TILES][2];
   #pragma unroll
@@ -99,6 +158,8 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
         for (int h = 0; h < 2; ++h)
           copy16(slot + (2 * N_TILES + (half * M_TILES + i2) * 2 + h) * 32, x_row[i2][h] + k + half * 32,
                  live && x_live[i2][h]);
+      if constexpr (NORM) copy16(slot + (2 * N_TILES + 4 * M_TILES + half) * 32, norm_weight + k + half * 32 + t * 8,
+                                 live);
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
@@ -110,6 +171,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     for (int j = 0; j < N_TILES; ++j)
       #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+  float squares[M_TILES][2] = {};    // this lane's share of its rows' sums of squares (NORM)
 
   #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) stage_chunk(s);
@@ -126,6 +188,13 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
       for (int i = 0; i < M_TILES; ++i)
         #pragma unroll
         for (int h = 0; h < 2; ++h) xv[i][h] = slot[(2 * N_TILES + (half * M_TILES + i) * 2 + h) * 32];
+      if constexpr (NORM) {
+        const uint4 gv = slot[(2 * N_TILES + 4 * M_TILES + half) * 32];
+        #pragma unroll
+        for (int i = 0; i < M_TILES; ++i)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) xv[i][h] = normed_piece<T>(xv[i][h], gv, squares[i][h]);
+      }
       #pragma unroll
       for (int i = 0; i < M_TILES; ++i) {
         const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
@@ -142,26 +211,65 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   __syncthreads();                  // the rings are done with: their memory takes the warps' sums
 
   float* sums = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][R][32]
+  float* row_squares = sums + WARPS * R * 32;              // [WARPS][ROWS] (NORM)
+  float* row_scale = row_squares + WARPS * ROWS;           // [ROWS]: 1 / rms (NORM)
   #pragma unroll
   for (int i = 0; i < M_TILES; ++i)
     #pragma unroll
     for (int j = 0; j < N_TILES; ++j)
       #pragma unroll
       for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
+  if constexpr (NORM) {
+    #pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float s = squares[i][h];     // the four lanes of a row, in a fixed order
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (t == 0) row_squares[warp * ROWS + i * 16 + h * 8 + g] = s;
+      }
+    __syncthreads();
+    for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
+      float total = 0.f;
+      #pragma unroll
+      for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
+      row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
+    }
+  }
   __syncthreads();
-  // Element e: accumulator pair (q, q + 1) of lane e % 32, two neighbouring columns of one row.
-  for (int e = threadIdx.x; e < R / 2 * 32; e += WARPS * 32) {
-    const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % N_TILES, i = r / (4 * N_TILES);
-    float lo = 0.f, hi = 0.f;
+  // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one row
+  // (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
+  for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += WARPS * 32) {
+    const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
+    const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
+    float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
     #pragma unroll
     for (int v = 0; v < WARPS; ++v) {
-      lo += sums[(v * R + r) * 32 + l];
-      hi += sums[(v * R + r + 1) * 32 + l];
+      lo += sums[(v * R + a) * 32 + l];
+      hi += sums[(v * R + a + 1) * 32 + l];
+      if constexpr (SWIGLU) {
+        up_lo += sums[(v * R + up) * 32 + l];
+        up_hi += sums[(v * R + up + 1) * 32 + l];
+      }
     }
     const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
-    if (row < M && col < N) {
-      y[size_t(row) * N + col] = static_cast<T>(lo);
-      y[size_t(row) * N + col + 1] = static_cast<T>(hi);
+    if (row < M && col < n_out) {
+      if constexpr (NORM) {
+        const float scale = row_scale[row];
+        lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
+      }
+      const size_t at = size_t(row) * n_out + col;
+      if constexpr (SWIGLU) {
+        y[at] = swiglu<T>(lo, up_lo);
+        y[at + 1] = swiglu<T>(hi, up_hi);
+      } else if constexpr (ADD) {
+        y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
+        y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
+      } else {
+        y[at] = static_cast<T>(lo);
+        y[at + 1] = static_cast<T>(hi);
+      }
     }
   }
 }
@@ -169,9 +277,30 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
 }  // namespace mlxcel_matmul
 """
 
-CALL = ("mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES>(x, x_shape, x_ndim, w, y, w_shape[0], "
-        "w_shape[1]);")
 SHARED_LIMIT = 227 << 10     # an H100's / H200's shared memory a block may opt into
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the launch does besides the product (the module's docstring): the norm of x on the way in (its
+    weight an input), the residual added to y (an input), or gate and up folded by swiglu."""
+
+    norm: bool = False
+    add: bool = False
+    swiglu: bool = False
+
+    def inputs(self) -> list[str]:
+        return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add
+
+    def call(self) -> str:
+        norm = "norm_weight" if self.norm else "(const T*)nullptr"
+        residual = "residual" if self.add else "(const T*)nullptr"
+        return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS>(x, x_shape, x_ndim, w, {norm}, "
+                f"{residual}, y, w_shape[0], w_shape[1]);")
+
+
+PRODUCT = Epilogue()
 
 
 @dataclass(frozen=True)
@@ -184,31 +313,37 @@ class Tiles:
     warps: int = 4
     stages: int = 3
 
-    @property
-    def shared_bytes(self) -> int:
-        ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles) * 32 * 16
-        return max(ring, self.warps * self.m_tiles * self.n_tiles * 4 * 32 * 4)
+    def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
+        ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles + epilogue.norm) * 32 * 16
+        rows = self.m_tiles * 16
+        sums = self.warps * self.m_tiles * self.n_tiles * 4 * 32 + (self.warps + 1) * rows * epilogue.norm
+        return max(ring, sums * 4)
 
     def blocks(self, n: int) -> int:
+        """Blocks over a weight of ``n`` rows (with swiglu: gate and up, each block half of each)."""
         return -(-n // (8 * self.n_tiles))
 
 
-def tiles_for(rows: int, n: int) -> Tiles:
+def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
     """The launch for ``rows`` x ``n``: 64 columns a block and 4 warps where that makes at least 96 blocks
     (of an H200's 132 SMs), else 32 columns and 8 warps; each warp a ring of 3 chunks. Where the rows'
     pieces would overfill the shared memory, fewer warps first (each keeps its chunks in flight), then fewer
-    stages. At 32 rows the sweep's best for each 8B layer shape (gpu_matmul_bench.py --sweep on an H200)."""
+    stages. At 32 rows the sweep's best for each 8B layer shape (gpu_matmul_bench.py --sweep on an H200).
+    The norm's operands and squares take registers: past 32 rows it gets half the columns (else it spills)."""
     tiles = Tiles(-(-rows // 16)) if n >= 96 * 64 else Tiles(-(-rows // 16), n_tiles=4, warps=8)
-    while tiles.shared_bytes > SHARED_LIMIT:
+    if epilogue.norm and tiles.m_tiles * tiles.n_tiles > 16:
+        tiles = replace(tiles, n_tiles=tiles.n_tiles // 2)
+    while tiles.shared_bytes(epilogue) > SHARED_LIMIT:
         tiles = replace(tiles, warps=tiles.warps // 2) if tiles.warps > 4 else replace(tiles, stages=tiles.stages - 1)
     return tiles
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(shared_bytes: int):
+def kernel_for(epilogue: Epilogue, shared_bytes: int):
     # The digest names the kernel: MLX caches compiled kernels by name (the template's constants apart).
-    digest = hashlib.sha1((LIBRARY + CALL).encode()).hexdigest()[:12]
-    return make_kernel(f"mlxcel_skinny_matmul_{digest}_{shared_bytes}", ["x", "w"], ["y"], CALL,
+    call = epilogue.call()
+    digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
+    return make_kernel(f"mlxcel_skinny_matmul_{digest}_{shared_bytes}", epilogue.inputs(), ["y"], call,
                        compact_source(LIBRARY), shared_bytes)
 
 
@@ -220,14 +355,25 @@ def takes(x: mx.array, weight: mx.array) -> bool:
             and n % 8 == 0 and 0 < x.size // k <= MAX_ROWS)
 
 
-def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None) -> mx.array:
-    """x [..., K] @ weight.T for a weight [N, K] that ``takes`` accepts."""
+def takes_norm(x: mx.array, norm_weight: mx.array) -> bool:
+    """Whether the launch can normalize x on the way in with this weight (one of x's dtype per channel)."""
+    return norm_weight.shape == (x.shape[-1],) and norm_weight.dtype == x.dtype
+
+
+def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
+                  norm: tuple[mx.array, float] | None = None, residual: mx.array | None = None,
+                  swiglu: bool = False) -> mx.array:
+    """x [..., K] @ weight.T for a weight [N, K] that ``takes`` accepts; ``norm`` (weight, eps): of
+    rms_norm(x) instead; ``residual`` [..., N]: plus it; ``swiglu`` (N in whole 16-column tiles): swiglu of
+    the product's two halves, gate then up ([..., N / 2])."""
     n, k = weight.shape
-    tiles = tiles or tiles_for(x.size // k, n)
-    y, = kernel_for(tiles.shared_bytes)(
-        inputs=[x, weight],
+    epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu)
+    tiles = tiles or tiles_for(x.size // k, n, epilogue)
+    inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
+    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
+        inputs=inputs,
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
-                  ("STAGES", tiles.stages)],
+                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0)],
         grid=(tiles.blocks(n) * tiles.warps * 32, 1, 1), threadgroup=(tiles.warps * 32, 1, 1),
-        output_shapes=[(*x.shape[:-1], n)], output_dtypes=[x.dtype])
+        output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y

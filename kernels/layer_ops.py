@@ -9,6 +9,12 @@ so the ops around the matmuls and the attention are fused:
 - ``matmul``: a float projection's product; in host-bound steps
   (``host_bound``) the CUDA ops run it over a decode step's few rows as one
   custom kernel (cuda_matmul says why and when);
+- where that kernel runs (``folds``), the ops around a projection ride on
+  its launch instead of add_rms_norm's: ``matmul_add`` adds the residual to
+  o's and down's products (the stream complete, nothing left to add), and
+  ``normed_matmul`` / ``normed_swiglu`` normalize the stream on its way into
+  q/k/v and gate/up (the latter writing swiglu(gate, up)): two to three
+  launches fewer a layer;
 - ``split_heads``: the fused q/k/v projection's output split into heads, q
   and k RMS-normalized per head (Qwen3) and roped at each row's position
   (``HeadSplit``), and k and v stored into the pool's slots (up to eight
@@ -39,6 +45,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx_lm.models.activations import swiglu
 
 from .kv_quant import Pages
 
@@ -81,6 +88,27 @@ class ComposedOps:
         """x @ weight.T, a float projection's product (weight [N, K]); ``transposed`` is weight.T as MLX's
         matmul takes it."""
         return x @ transposed
+
+    def folds(self, x: mx.array, weight: mx.array) -> bool:
+        """Whether the norm before a projection of x by this weight, or the residual add after it, is best
+        done in the projection's launch (``normed_matmul``, ``normed_swiglu``, ``matmul_add``) rather than
+        in ``add_rms_norm``'s."""
+        return False
+
+    def normed_matmul(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
+                      transposed: mx.array) -> mx.array:
+        """rms_norm(x) * norm_weight @ weight.T."""
+        return self.matmul(mx.fast.rms_norm(x, norm_weight, eps), weight, transposed)
+
+    def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
+                      transposed: mx.array) -> mx.array:
+        """swiglu(gate, up) of the normed x's product with gate and up stacked (weight [2 H, K])."""
+        gate, up = mx.split(self.normed_matmul(x, norm_weight, eps, weight, transposed), 2, axis=-1)
+        return swiglu(gate, up)
+
+    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
+        """residual + x @ weight.T."""
+        return residual + self.matmul(x, weight, transposed)
 
     def host_bound(self) -> "ComposedOps":
         """The ops for a step whose host, not its GPU, sets the pace (one the fused cascade serves)."""

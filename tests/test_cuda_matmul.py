@@ -1,10 +1,12 @@
 """The skinny matmul (mlxcel.kernels.cuda_matmul): which projections it takes, what the ops fall back to,
 that its sources compile as MLX builds them (nvcc, no GPU needed), and, on a CUDA device, its products
-against float64 on fresh random inputs.
+and epilogues (the norm on the way in, the residual add, swiglu) against float64 on fresh random inputs.
 
 Tolerance: bf16/f16 products are exact in float32; the float32 sums over K terms are off by at most
-K 2^-24 sum |x_k w_k| (the warps' order included), and the output's rounding adds 2^-9 |y| (bfloat16)
-or 2^-12 |y| (float16); the bound below doubles the rounding term for room.
+K 2^-24 sum |x_k w_k| (the warps' order included), and the output's rounding adds u |y| (u = 2^-9
+for bfloat16, 2^-12 for float16); the bound below doubles the rounding term for room. With the norm,
+each operand x_k g_k is rounded once (u |x_k g_k w_k| summed, times the row's 1/rms); an added residual
+or each of swiglu's rounded steps adds u of its result.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import pytest
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
-from mlxcel.kernels.cuda_matmul import CALL, LIBRARY, MAX_ROWS, SHARED_LIMIT, Tiles, skinny_matmul, takes, tiles_for
+from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, skinny_matmul,
+                                        takes, takes_norm, tiles_for)
 from mlxcel.kernels.layer_ops import COMPOSED
 
 needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
@@ -81,16 +84,46 @@ def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(valu
     assert ops.host_bound().skinny_matmuls is host_bound
 
 
+def test_takes_a_norm_weight_of_one_value_per_channel_in_xs_dtype():
+    x = mx.zeros((8, 1, 256), dtype=mx.bfloat16)
+    assert takes_norm(x, mx.ones((256,), dtype=mx.bfloat16))
+    assert not takes_norm(x, mx.ones((256,), dtype=mx.float32))
+    assert not takes_norm(x, mx.ones((128,), dtype=mx.bfloat16))
+
+
+def test_ops_that_do_not_fold_run_the_composed_definitions():
+    # cuBLAS's ops never fold; the skinny ops decline what the kernel does not take (float32 here): no
+    # launch either way, so this runs on the CPU.
+    rng = np.random.default_rng()
+    x = mx.array(rng.standard_normal((4, 1, 64)).astype(np.float32))
+    w = mx.array(rng.standard_normal((32, 64)).astype(np.float32))
+    g, residual = mx.array(rng.standard_normal(64).astype(np.float32)), mx.array(rng.standard_normal((4, 1, 32)))
+    assert not CUDA_OPS.folds(x.astype(mx.bfloat16), w.astype(mx.bfloat16))
+    assert not CUDA_SKINNY_OPS.folds(x, w)
+    normed = mx.fast.rms_norm(x, g, 1e-6) @ w.T
+    np.testing.assert_array_equal(np.array(CUDA_SKINNY_OPS.normed_matmul(x, g, 1e-6, w, w.T)), np.array(normed))
+    np.testing.assert_array_equal(np.array(CUDA_SKINNY_OPS.matmul_add(x, w, w.T, residual)),
+                                  np.array(residual + x @ w.T))
+    gate, up = mx.split(normed, 2, axis=-1)
+    np.testing.assert_array_equal(np.array(CUDA_SKINNY_OPS.normed_swiglu(x, g, 1e-6, w, w.T)),
+                                  np.array(nn.silu(gate) * up))
+
+
+EPILOGUES = [PRODUCT, Epilogue(norm=True), Epilogue(add=True), Epilogue(norm=True, swiglu=True)]
+
+
 @needs_nvcc
 @pytest.mark.parametrize("rows", [1, 16, 32, MAX_ROWS])
 @pytest.mark.parametrize("n", [4096, 24576])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype):
-    tiles = tiles_for(rows, n)
-    assert tiles.shared_bytes <= SHARED_LIMIT
-    unit = translation_unit("skinny_matmul", LIBRARY, CALL, [("x", dtype), ("w", dtype)], [("y", dtype)],
+@pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
+def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype, epilogue):
+    tiles = tiles_for(rows, n, epilogue)
+    assert tiles.shared_bytes(epilogue) <= SHARED_LIMIT
+    unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(), [(name, dtype) for name in epilogue.inputs()],
+                            [("y", dtype)],
                             [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
-                             ("WARPS", tiles.warps), ("STAGES", tiles.stages)])
+                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0)])
     with tempfile.TemporaryDirectory() as folder:
         registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255
@@ -128,5 +161,73 @@ def test_every_launch_shape_of_the_sweep_computes_the_same_product():
     w = mx.array((rng.standard_normal((512, 1024)) / 32).astype(np.float32)).astype(mx.bfloat16)
     want = as64(skinny_matmul(x, w))
     for tiles in (Tiles(2, 4, 2, 4), Tiles(2, 8, 2, 6), Tiles(2, 4, 4, 6)):
-        assert tiles.shared_bytes <= SHARED_LIMIT
+        assert tiles.shared_bytes() <= SHARED_LIMIT
         np.testing.assert_allclose(as64(skinny_matmul(x, w, tiles)), want, rtol=2**-7, atol=1e-3)
+
+
+def random_case(rows: int, n: int, k: int, dtype: mx.Dtype):
+    rng = np.random.default_rng()
+    x = mx.array((rng.standard_normal((rows, 1, k)) * 3).astype(np.float32)).astype(dtype)
+    w = mx.array((rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)).astype(dtype)
+    g = mx.array(rng.uniform(0.5, 1.5, k).astype(np.float32)).astype(dtype)
+    return x, w, g
+
+
+def normed_product64(x: mx.array, w: mx.array, g: mx.array, eps: float, dtype: mx.Dtype):
+    """rms_norm(x) g @ w.T in float64 and its bound (the module's docstring)."""
+    x64, w64, g64 = as64(x)[:, 0], as64(w), as64(g)
+    inverse = 1 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + eps)
+    terms = np.abs(x64 * g64) @ np.abs(w64).T * inverse
+    want = (x64 * g64 * inverse) @ w64.T
+    return want, ROUNDING[dtype] * terms + x64.shape[1] * 2.0**-24 * terms
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype):
+    x, w, g = random_case(rows, n, k, dtype)
+    eps = 1e-5
+    want, bound = normed_product64(x, w, g, eps, dtype)
+    bound += 2 * ROUNDING[dtype] * np.abs(want)
+    got = as64(skinny_matmul(x, w, norm=(g, eps)))[:, 0]
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
+    unnormed = as64(x)[:, 0] * as64(g) @ as64(w).T      # the norm's 1/rms left out
+    assert np.mean(np.abs(unnormed - want) > bound) > 0.5
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 4096, 4096), (5, 24, 64), (MAX_ROWS, 4096, 12288)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_the_residual_add_matches_float64(rows, n, k, dtype):
+    x, w, _ = random_case(rows, n, k, dtype)
+    residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(dtype)
+    x64, w64 = as64(x)[:, 0], as64(w)
+    product = x64 @ w64.T
+    want = product + as64(residual)[:, 0]
+    u = ROUNDING[dtype]
+    bound = u * np.abs(product) + 2 * u * np.abs(want) + k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
+    got = as64(skinny_matmul(x, w, residual=residual))[:, 0]
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
+    assert np.mean(np.abs(product - want) > bound) > 0.5       # the residual is really added
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
+    x, w, g = random_case(rows, n, k, dtype)
+    eps = 1e-6
+    product, error = normed_product64(x, w, g, eps, dtype)
+    gate, up = np.split(product, 2, axis=1)
+    gate_error, up_error = np.split(error + ROUNDING[dtype] * np.abs(product), 2, axis=1)   # each rounded
+    sigmoid = 1 / (1 + np.exp(-gate))
+    want = gate * sigmoid * up
+    # silu's slope is at most 1.1 in size; three more rounded steps (sigmoid, gate * sigmoid, * up), each
+    # counted twice for room.
+    bound = 1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error + 6 * ROUNDING[dtype] * np.abs(want)
+    got = as64(skinny_matmul(x, w, norm=(g, eps), swiglu=True))[:, 0]
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= bound + 1e-6), np.abs(got - want).max()
+    swapped = up * (1 / (1 + np.exp(-up))) * gate          # gate and up confused
+    assert np.mean(np.abs(swapped - want) > bound) > 0.5

@@ -238,6 +238,51 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
         assert 1 <= per_layer <= cascade_steps / 3
 
 
+def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_loaded, make_engine, monkeypatch):
+    # Ops that fold (the CUDA skinny kernel's, here their composed definitions on the CPU) carry the residual
+    # stream as one array: each product adds its residual and each projection normalizes the stream itself.
+    # The same adds and norms in the same order: every step's logits are the unfolded ones bit for bit.
+    from mlxcel.engine import runner
+    from mlxcel.kernels.layer_ops import ComposedOps
+
+    class FoldingOps(ComposedOps):
+        calls: list[str] = []
+
+        def folds(self, x, weight):
+            return True
+
+        def normed_matmul(self, *args):
+            self.calls.append("norm")
+            return super().normed_matmul(*args)
+
+        def normed_swiglu(self, *args):
+            self.calls.append("swiglu")
+            return super().normed_swiglu(*args)
+
+        def matmul_add(self, *args):
+            self.calls.append("add")
+            return super().matmul_add(*args)
+
+        def add_rms_norm(self, *args):
+            self.calls.append("add_rms_norm")
+            return super().add_rms_norm(*args)
+
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 40)
+    prompts = [system + random_prompt(rng, n) for n in (3, 11, 20)]
+    plain_tokens, plain_logits = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2), prompts, 12)
+    monkeypatch.setattr(runner, "layer_ops", FoldingOps)
+    tokens, logits = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2), prompts, 12)
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+    layers = tiny_loaded.num_layers
+    assert FoldingOps.calls.count("norm") >= layers and FoldingOps.calls.count("swiglu") >= layers
+    assert FoldingOps.calls.count("add") >= 2 * layers
+    assert "add_rms_norm" not in FoldingOps.calls     # the final norm too: the stream came complete
+
+
 @pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
 def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model_path, make_engine, monkeypatch):
     # Steps the fused cascade serves (host-bound) run their projections on the skinny kernel; its sums
@@ -246,9 +291,12 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
     from mlxcel.kernels import cuda_matmul
     calls = []
     real = cuda_matmul.skinny_matmul
-    monkeypatch.setattr(cuda_matmul, "skinny_matmul", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(cuda_matmul, "skinny_matmul", lambda *a, **k: calls.append(k) or real(*a, **k))
     loaded, runs, _ = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_MATMUL", ("cublas", "auto"))
-    assert len(calls) >= 4 * loaded.num_layers   # traced: four projections a layer, called as each trace is made
+    # Traced: four projections a layer, called as each trace is made, the norms and adds around them folded in.
+    assert len(calls) >= 4 * loaded.num_layers
+    assert sum(k.get("residual") is not None for k in calls) >= 2 * loaded.num_layers
+    assert sum(bool(k.get("swiglu")) for k in calls) >= loaded.num_layers
     (tokens, logits), (plain_tokens, plain_logits) = runs["auto"], runs["cublas"]
     assert any(len(set(t)) > 1 for t in plain_tokens)
     compared = 0
@@ -258,7 +306,7 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
             scale = np.abs(want[step]).max()
             assert np.abs(got[step] - want[step]).max() <= 0.05 * scale
             compared += 1
-    assert compared >= len(prompts) * 12
+    assert compared >= len(tokens) * 12
 
 
 @pytest.mark.parametrize("value, mode", [("off", "off"), ("0", "off"), ("halves", "halves"), ("on", "whole"),

@@ -12,7 +12,8 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.kernels import cuda_layer_ops
-from mlxcel.kernels.cuda_layer_ops import CudaOps, float_bits, pool_store, split_heads_call, store_inputs
+from mlxcel.kernels.cuda import float_bits
+from mlxcel.kernels.cuda_layer_ops import CudaOps, pool_store, split_heads_call, store_inputs
 from mlxcel.kernels.kv_quant import FORMATS, QuantizedPages
 from mlxcel.kernels.layer_ops import COMPOSED, HeadSplit, PoolSlots
 
