@@ -29,10 +29,12 @@ of GPU time at 32 rows, its encode ~10 us of the host's):
 
 - ``norm``: x is the residual stream, RMS-normalized on the way in. Each
   lane scales the x pieces it holds by the norm's weight (staged with them)
-  before they become operands, and sums their squares; a row's 1/rms, known
-  only once every chunk is read, multiplies its sums at the end (a per-row
-  factor commutes with the product). Every block adds the same squares in the
-  same order, so every block's rows get the same factor.
+  before they become operands (one rounding, as the norm's own), and the
+  tensor cores sum their squares (x X^T's diagonal, from the same
+  registers); a row's 1/rms, known only once every chunk is read, multiplies
+  its sums at the end (a per-row factor commutes with the product). Every
+  block adds the same squares in the same order, so every block's rows get
+  the same factor.
 - ``residual``: y = x W^T + residual, the product rounded before the add, as
   the separate add rounds it.
 - ``swiglu``: the weight is gate and up stacked ([2 H, K]); a block's first
@@ -71,27 +73,22 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
 }
 
-// A word of two 16-bit elements as floats.
-template <typename T> __device__ __forceinline__ float2 unpack(uint32_t word);
-template <> __device__ __forceinline__ float2 unpack<__nv_bfloat16>(uint32_t word) {
-  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&word));
+// Two 16-bit elements times two, rounded once (the exact product's rounding, as float32 math then a cast).
+template <typename T> __device__ __forceinline__ uint32_t times(uint32_t x, uint32_t y);
+template <> __device__ __forceinline__ uint32_t times<__nv_bfloat16>(uint32_t x, uint32_t y) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&x), *reinterpret_cast<__nv_bfloat162*>(&y));
+  return *reinterpret_cast<uint32_t*>(&r);
 }
-template <> __device__ __forceinline__ float2 unpack<__half>(uint32_t word) {
-  return __half22float2(*reinterpret_cast<__half2*>(&word));
+template <> __device__ __forceinline__ uint32_t times<__half>(uint32_t x, uint32_t y) {
+  __half2 r = __hmul2(*reinterpret_cast<__half2*>(&x), *reinterpret_cast<__half2*>(&y));
+  return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// A piece of x (8 elements) scaled by the norm's weight, its squares added to `squares`.
+// A piece of x (8 elements) scaled by the norm's weight.
 template <typename T>
-__device__ __forceinline__ uint4 normed_piece(uint4 x, uint4 weight, float& squares) {
-  uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-  const uint32_t ws[4] = {weight.x, weight.y, weight.z, weight.w};
-  #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = unpack<T>(xs[k]), g = unpack<T>(ws[k]);
-    squares = fmaf(v.x, v.x, fmaf(v.y, v.y, squares));
-    xs[k] = mlxcel::Mma<T>::pack(v.x * g.x, v.y * g.y);
-  }
-  return make_uint4(xs[0], xs[1], xs[2], xs[3]);
+__device__ __forceinline__ uint4 scaled(uint4 x, uint4 weight) {
+  return make_uint4(times<T>(x.x, weight.x), times<T>(x.y, weight.y), times<T>(x.z, weight.z),
+                    times<T>(x.w, weight.w));
 }
 
 // silu(gate) * up with each op's result rounded to T (mlx-lm's swiglu, traced: sigmoid, x * sigmoid, * up).
@@ -171,7 +168,10 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     for (int j = 0; j < N_TILES; ++j)
       #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
-  float squares[M_TILES][2] = {};    // this lane's share of its rows' sums of squares (NORM)
+  // NORM: the rows' sums of squares on the tensor cores, X X^T of each 16-row tile against its rows 0..7 and
+  // 8..15 (x's pieces are the B operand as they are the A): the diagonal is the squares, exact products
+  // summed in float32.
+  float gram[M_TILES][2][4] = {};
 
   #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) stage_chunk(s);
@@ -191,9 +191,17 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
       if constexpr (NORM) {
         const uint4 gv = slot[(2 * N_TILES + 4 * M_TILES + half) * 32];
         #pragma unroll
-        for (int i = 0; i < M_TILES; ++i)
+        for (int i = 0; i < M_TILES; ++i) {
+          const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
+          const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
           #pragma unroll
-          for (int h = 0; h < 2; ++h) xv[i][h] = normed_piece<T>(xv[i][h], gv, squares[i][h]);
+          for (int h = 0; h < 2; ++h) {
+            mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
+            mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
+          }
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) xv[i][h] = scaled<T>(xv[i][h], gv);
+        }
       }
       #pragma unroll
       for (int i = 0; i < M_TILES; ++i) {
@@ -220,15 +228,15 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
       #pragma unroll
       for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
   if constexpr (NORM) {
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
+    // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
+    // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
+    if (t == g / 2) {
       #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float s = squares[i][h];     // the four lanes of a row, in a fixed order
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        if (t == 0) row_squares[warp * ROWS + i * 16 + h * 8 + g] = s;
+      for (int i = 0; i < M_TILES; ++i) {
+        row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
+        row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
       }
+    }
     __syncthreads();
     for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
       float total = 0.f;

@@ -270,6 +270,7 @@ def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_l
     rng = np.random.default_rng()
     system = random_prompt(rng, 40)
     prompts = [system + random_prompt(rng, n) for n in (3, 11, 20)]
+    monkeypatch.setattr(runner, "layer_ops", ComposedOps)     # on a GPU too: the same ops, unfolded
     plain_tokens, plain_logits = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2), prompts, 12)
     monkeypatch.setattr(runner, "layer_ops", FoldingOps)
     tokens, logits = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2), prompts, 12)
