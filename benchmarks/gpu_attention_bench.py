@@ -287,13 +287,13 @@ class Cell:
         return plan, layout, layout.private_view(self.csr)
 
     def fused_cascade(self, level0_pages: int | None, level0_warps_m: int | None = None,
-                      level0_warps: int | None = None):
+                      level0_warps: int | None = None, level0_stages: int | None = None):
         """The fused backend's cascade step with level 0's tile width,
-        head-splitting warps and block warps fixed (sweeps; None: the
-        heuristics)."""
+        head-splitting warps, block warps and staging ring fixed (sweeps;
+        None: the heuristics)."""
         plan, layout, private = self.cascade_views
         step = backend().KERNELS.prepare_cascade(self.shape, self.batch, private, layout.kernel_levels,
-                                                 level0_pages, level0_warps_m, level0_warps)
+                                                 level0_pages, level0_warps_m, level0_warps, level0_stages)
 
         def call(i: int, dep: mx.array | None = None) -> mx.array:
             s = i % self.sets
@@ -433,25 +433,28 @@ def kv_table(report: dict) -> str:
 
 def sweep_level0(args) -> list[dict]:
     """The fused cascade step against level 0's block warps, head-splitting
-    warps and tile width (None: the heuristic's choice) at the large cells:
-    checks the heuristics. Every variant's output is checked against the flat
-    launch before it is timed."""
+    warps, tile width and staging ring (None: the heuristic's choice) at the
+    large cells: checks the heuristics. Every variant's output is checked
+    against the flat launch before it is timed."""
     if not hasattr(backend(), "KERNELS"):
         return []
     results = []
     for shared, batch in args.sweep_cells:
         cell = Cell(shared, args.tail, batch)
         flat = cell.flat(0)
-        for warps, warps_m in ((None, None), (4, 4), (8, 2), (8, 4), (8, 8)):
-            for pages in (None, 16, 32, 64):
-                call = cell.fused_cascade(pages, warps_m, warps)
-                error = relative_error(call(0), flat)
-                if error > args.tolerance:
-                    raise SystemExit(f"level-0 variant warps={warps} warps_m={warps_m} pages={pages} at "
-                                     f"{shared} x {batch} disagrees with flat: {error:.2e}")
-                results.append({"shared": shared, "batch": batch, "level0_warps": warps, "level0_pages": pages,
-                                "level0_warps_m": warps_m, "vs_flat": error, **measure(call, args.reps)})
-                print(json.dumps(results[-1]), flush=True)
+        layouts = ((None, None),) if args.sweep_stages_only else ((None, None), (4, 4), (8, 2), (8, 4), (8, 8))
+        for warps, warps_m in layouts:
+            for pages in (None, 16, 22, 32, 64):
+                for stages in args.sweep_stages:
+                    call = cell.fused_cascade(pages, warps_m, warps, stages)
+                    error = relative_error(call(0), flat)
+                    if error > args.tolerance:
+                        raise SystemExit(f"level-0 variant warps={warps} warps_m={warps_m} pages={pages} "
+                                         f"stages={stages} at {shared} x {batch} disagrees with flat: {error:.2e}")
+                    results.append({"shared": shared, "batch": batch, "level0_warps": warps, "level0_pages": pages,
+                                    "level0_warps_m": warps_m, "level0_stages": stages, "vs_flat": error,
+                                    **measure(call, args.reps)})
+                    print(json.dumps(results[-1]), flush=True)
     return results
 
 
@@ -488,9 +491,11 @@ def table(results: list[dict]) -> str:
 
 
 def sweep_table(rows: list[dict]) -> str:
-    lines = ["| S | B | level-0 warps | level-0 warps_m cap | level-0 pages | cascade ms | IQR ms | vs flat |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| S | B | level-0 warps | level-0 warps_m cap | level-0 pages | level-0 stages | cascade ms | IQR ms "
+             "| vs flat |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['shared']} | {r['batch']} | {r['level0_warps']} | {r['level0_warps_m']} | {r['level0_pages']} "
+              f"| {r['level0_stages']} "
               f"| {r['s'] * 1e3:.3f} "
               f"| {r['iqr_s'] * 1e3:.3f} | {r['vs_flat']:.1e} |" for r in rows]
     return "\n".join(lines)
@@ -506,10 +511,14 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error between methods")
     parser.add_argument("--reference-limit", type=int, default=2048 * 8, help="float64 check where S*B <= this")
     parser.add_argument("--sweep", action="store_true",
-                        help="also time level 0 against block warps, head-splitting warps and tile width")
+                        help="also time level 0 against block warps, head-splitting warps, tile width and ring")
     parser.add_argument("--sweep-cells", type=lambda text: [tuple(int(n) for n in cell.split("x")) for cell in text.split(",")],
                         default=[(8192, 32), (8192, 64), (32768, 32), (2048, 64), (2048, 32)],
                         help="the sweep's cells, SHAREDxBATCH,...")
+    parser.add_argument("--sweep-stages", type=int_list, default=[0],
+                        help="level 0's staging rings the sweep times, e.g. 2,3,4 (0: the platform's)")
+    parser.add_argument("--sweep-stages-only", action="store_true",
+                        help="sweep tile width and staging ring over the heuristic's head layout only")
     parser.add_argument("--breakdown", action="store_true", help="also time each cascade launch alone")
     parser.add_argument("--kv-dtypes", action="store_true",
                         help="also time flat and cascade over bf16, int8 and int4 pages at --kv-cell")

@@ -370,7 +370,7 @@ PARTIAL_SOURCE = r"""
   const int end_slot = page_count * BLOCK - (geometry[4] ? BLOCK - last_page_len[row] : 0);
 
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
-  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [2 stages][K, V][CHUNK][STRIDE]
+  T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
   uint32_t qf[DK][4];
@@ -479,22 +479,31 @@ PARTIAL_SOURCE = r"""
   float row_max[2] = {neg_inf, neg_inf};                 // rows g, g+8; log2 domain
   float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
+  // A ring of STAGES chunks, STAGES - 1 of them in flight while one is read.
+  // Every iteration commits one copy group (empty past the tile's end), so
+  // waiting for all but the newest STAGES - 2 groups always means this chunk
+  // has landed; the barrier after the wait also tells every warp that the
+  // buffer staged next (read an iteration ago) is free.
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
-  lookup(chunk_begin, pages);
-  if (chunk_begin < chunk_end) stage(chunk_begin, 0, pages);   // a tile always holds a token; stay safe if not
-  lookup(chunk_begin + 1, pages);
+  #pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    lookup(chunk_begin + s, pages);
+    if (chunk_begin + s < chunk_end) stage(chunk_begin + s, s, pages);
+    else mlxcel::copy_commit();
+  }
+  lookup(chunk_begin + STAGES - 1, pages);
+  int buffer = 0, next_buffer = STAGES - 1;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    const int buffer = (chunk - chunk_begin) & 1;
-    if (chunk + 1 < chunk_end) {
-      stage(chunk + 1, buffer ^ 1, pages);
-      lookup(chunk + 2, pages);
-      mlxcel::copy_wait<1>();
-    } else {
-      mlxcel::copy_wait<0>();
-    }
+    mlxcel::copy_wait<STAGES - 2>();
     __syncthreads();
+    if (chunk + STAGES - 1 < chunk_end) {
+      stage(chunk + STAGES - 1, next_buffer, pages);
+      lookup(chunk + STAGES, pages);
+    } else {
+      mlxcel::copy_commit();
+    }
     if (active) {
       const T* keys = staged + (2 * buffer) * STAGE;
       const T* values = keys + STAGE;
@@ -706,8 +715,10 @@ PARTIAL_SOURCE = r"""
         }
       }
     }
-    __syncthreads();                               // the next stage() overwrites this buffer
+    buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
+    next_buffer = next_buffer + 1 == STAGES ? 0 : next_buffer + 1;
   }
+  __syncthreads();                                 // the states below reuse the staging memory
 
   // ---- 5. merge the token-splitting warps, write ----
   float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][16][D]
@@ -869,8 +880,8 @@ CASCADE_MERGE_SOURCE = r"""
 # The kernels as device functions around the bodies above (verbatim): a
 # launch passes MLX's parameters through, shapes included, by the same names.
 PARTIAL_SIGNATURE = (
-    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int SCALE_BITS,"
-    " typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape, const T* k_pool,"
+    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,"
+    " int SCALE_BITS, typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape, const T* k_pool,"
     " const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros,"
     " const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
     " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
@@ -890,11 +901,11 @@ LIBRARY = HEADER + "".join(
     for signature, body in ((PARTIAL_SIGNATURE, PARTIAL_SOURCE), (MERGE_SIGNATURE, MERGE_SOURCE),
                             (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE)))
 
-PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, k_pool, "
+PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, k_pool, "
                 "k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, "
                 "members_shape, out, out_lse);")
 # Quantized pages: the codes as k_pool / v_pool, their scales and zeros (int8: a placeholder) beside them.
-QUANTIZED_PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, SCALE_BITS>(q, q_shape, "
+QUANTIZED_PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
                           "k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, "
                           "tiles, members, members_shape, out, out_lse);")
 MERGE_CALL = "mlxcel::merge<TV, TL, D>(v_in, v_in_shape, lse_in, indptr, indptr_shape, out, out_lse);"
@@ -950,7 +961,8 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL))
+                                warps=4, chunk_tokens=64, stages=2, level0_stages=2,
+                                quantized_partial_source=QUANTIZED_PARTIAL_CALL))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

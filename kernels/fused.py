@@ -201,10 +201,15 @@ class Platform:
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
+    # A stacked launch's (cascade level 0) staging buffers: its blocks read
+    # one long row, chunk after chunk, and wait on memory more than on their
+    # warps; more chunks in flight cost shared memory (fewer blocks an SM).
+    level0_stages: int
 
     quantized_partial_source: str = ""   # the partial kernel's source for quantized pools
 
-    def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None) -> int:
+    def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
+                      stages: int | None = None) -> int:
         """Shared memory of one partial block of ``warps`` warps: the K and V
         chunks of every stage (rows padded by 8 elements so matrix loads hit
         distinct banks; quantized pages: code rows padded by CODE_ROW_PAD
@@ -215,9 +220,9 @@ class Platform:
         else:
             arrays = 4 if quant.affine else 2          # K, V scales (and zeros)
             token = 2 * (quant.code_width(head_dim) + CODE_ROW_PAD) + arrays * staged_scale_bytes(quant, head_dim)
-        stages = self.stages * self.chunk_tokens * token
+        staged = (stages or self.stages) * self.chunk_tokens * token
         states = warps * HEADS_PER_WARP * (head_dim + STATE_EXTRA_FLOATS) * 4
-        return max(stages, states)
+        return max(staged, states)
 
 
 def staged_scale_bytes(quant: KVQuant, head_dim: int) -> int:
@@ -278,8 +283,9 @@ class FusedKernels:
     poison: float | None = field(default_factory=poison_from_env)
     _kernels: dict = field(default_factory=dict)
 
-    def _kernel(self, kind: str, head_dim: int, warps: int = 0, quant: KVQuant | None = None) -> Callable:
-        key = (kind, head_dim, warps, quant)
+    def _kernel(self, kind: str, head_dim: int, warps: int = 0, quant: KVQuant | None = None,
+                stages: int = 0) -> Callable:
+        key = (kind, head_dim, warps, quant, stages)
         kernel = self._kernels.get(key)
         if kernel is None:
             p = self.platform
@@ -292,24 +298,28 @@ class FusedKernels:
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = p.staging_bytes(head_dim, warps, quant) if kind.endswith("partial") else 0
+            shared = p.staging_bytes(head_dim, warps, quant, stages) if kind.endswith("partial") else 0
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
                                    compact_source(p.header), shared)
             self._kernels[key] = kernel
         return kernel
 
-    def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool) -> Launch:
+    def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool,
+                       stages: int | None = None) -> Launch:
         """The partial kernel over ``tiles`` tiles: states o [S, Hkv * heads, D]
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
-        [R, Hq, D] in place."""
+        [R, Hq, D] in place. ``stages``: the staging ring's chunks (default:
+        the platform's, for stacked launches its ``level0_stages``)."""
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
-        return Launch(self._kernel("quantized_partial" if quant else "partial", d, layout.warps, quant), dict(
+        stages = stages or (p.level0_stages if stacked else p.stages)
+        kind = "quantized_partial" if quant else "partial"
+        return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
             # The page size is a template constant: page lookups become shifts.
             template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                       ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
-                      ("CHUNK", p.chunk_tokens), ("SCALE_BITS", scale_bits(shape.scale))],
+                      ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))],
             grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
             threadgroup=(layout.warps * 32, 1, 1),
             output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
@@ -427,13 +437,14 @@ class FusedKernels:
 
     def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
                         level0_pages: int | None = None, level0_warps_m: int | None = None,
-                        level0_warps: int | None = None, reuse: FusedCascade | None = None) -> FusedCascade:
+                        level0_warps: int | None = None, level0_stages: int | None = None,
+                        reuse: FusedCascade | None = None) -> FusedCascade:
         """One cascade decode step's launches, planned once per layout.
 
         ``private``: every row's range after its last span; ``levels``: per
         depth, (a view with one row per span, all pages full; [spans, M]
         int32 member rows, -1 past a span's own members). The sweep options
-        are cascade_levels'. ``reuse``: a cascade of the same levels and rows,
+        are cascade_levels' and ``level0_stages`` (partial_launch). ``reuse``: a cascade of the same levels and rows,
         whose level launches and map are kept."""
         if not 1 <= len(levels) <= MAX_DEPTH:
             raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
@@ -450,7 +461,8 @@ class FusedKernels:
                     first = plan.row_indptr[span]
                     level_map[row, depth] = (first, plan.row_indptr[span + 1] - first, slot)
             table = np.where(members >= 0, members, members[:, :1])
-            fused_levels.append(FusedLevel(self.partial_launch(shape, plan.num_tiles, layout, stacked=True), view,
+            launch = self.partial_launch(shape, plan.num_tiles, layout, stacked=True, stages=level0_stages)
+            fused_levels.append(FusedLevel(launch, view,
                                            plan.geometry, mx.array(table)))
         first_level = np.asarray(levels[0][1])
         member_is_row = len(levels) == 1 and first_level.shape == (1, rows) and (first_level[0] == np.arange(rows)).all()

@@ -238,6 +238,25 @@ def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, 
     assert error <= REL_TOL[dtype]
 
 
+@pytest.mark.parametrize("level0_pages", [None, 13])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
+def test_level0_staging_rings(rng, record_property, pool, stages, level0_pages):
+    # Level 0's ring of 2 to 4 chunks: the default tiles (about 256 tokens,
+    # four chunks, as many as the deepest ring) and 13-page ones (416 tokens,
+    # seven chunks, the last one half past the tile's end).
+    case = shared_prefix_case(rng, pool, members=8, shared_pages=52)
+    plan = plan_cascade(case.csr, ON)
+    layout = attention.cascade_layout(case.csr, plan)
+    o = cuda.cascade_decode(case.q, case.k_pool, case.v_pool, layout.private_view(case.csr), layout.kernel_levels,
+                            scale=case.scale, level0_pages=level0_pages, level0_stages=stages)
+    o = np.array(o.astype(mx.float32))
+    assert not np.isnan(o).any(), "an output element was never written"
+    error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[pool]
+
+
 @pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("outsider, tail_pages", [(False, 3), (True, 3), (False, 40), (True, 40)])
 def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, tail_pages, pool):

@@ -46,7 +46,7 @@ CODE_DTYPES = {"int8": "int8", "int4": "uint8"}
 
 
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32,
-                 q_dtype: str = "float32") -> str:
+                 q_dtype: str = "float32", stages: int | None = None) -> str:
     """The partial kernel's unit for a float pool (its dtype's name) or a quantized one ("int8", "int4")."""
     p = cuda.KERNELS.platform
     element = CODE_DTYPES.get(pool, pool)
@@ -58,12 +58,12 @@ def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, 
         [("out", "float32"), ("out_lse", "float32")],
         [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
          ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
-         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("STAGES", stages or (p.level0_stages if stacked else p.stages)), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def partial_registers(tmp_path, pool: str, head_dim: int, warps_m: int, stacked: bool = False,
-                      block_size: int = 32, q_dtype: str = "float32") -> int:
-    unit = partial_unit(pool, head_dim, warps_m, stacked, block_size, q_dtype)
+                      block_size: int = 32, q_dtype: str = "float32", stages: int | None = None) -> int:
+    unit = partial_unit(pool, head_dim, warps_m, stacked, block_size, q_dtype, stages)
     registers, spills = resources(compile_unit(unit, tmp_path))
     assert spills == 0
     return registers
