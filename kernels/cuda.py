@@ -8,8 +8,8 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
   1. Q fragments: each warp owns 16 query heads (one m16 tile; heads past the
      KV head's count are zero rows), pre-scaled into the log2 domain.
   2. Staging: 64-token chunks of K and V are copied into shared memory with
-     cp.async, double-buffered, their page-table lookups issued a chunk
-     ahead; slots outside the row's valid range (before first_page_offset,
+     cp.async into a ring of STAGES chunks (two: double-buffered; deeper
+     rings are for sweeps), their page-table lookups issued a chunk ahead; slots outside the row's valid range (before first_page_offset,
      past last_page_len) are zero-filled so no stale value can reach the sums.
   3. Scores S = Q K^T and O += P V on mma.sync m16n8k16 (bf16/f16 operands,
      float32 accumulators); B operands come from shared memory through
@@ -961,8 +961,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2, level0_stages=2,
-                                quantized_partial_source=QUANTIZED_PARTIAL_CALL))
+                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -336,22 +336,21 @@ SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory be
 
 
 def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
-    """The launch for ``rows`` x ``n``: the widest block of 96, 64, 48 or 32 columns whose blocks fill the most
+    """The launch for ``rows`` x ``n``: the widest block of 64, 48 or 32 columns whose blocks fill the most
     of the SMs' waves (a block takes an SM's shared memory: an SM left out of the last wave idles), 4 warps,
-    or 8 at 32 columns; each warp a ring of 3 chunks. At 32 rows: gate/up's 256 blocks of 96 columns read x
-    (every block reads all of it) two thirds as often as 384 of 64; o and down take 32 columns, q/k/v 48 (96
-    blocks of 64 left 36 SMs idle). A lane holds 4 accumulators a 16 x 8 tile: more than 32 tiles (24 with the
-    norm's operands and squares) spill, so wider blocks are for fewer rows. Where the rows' pieces would
-    overfill the shared memory, fewer warps first (each keeps its chunks in flight), then fewer stages."""
-    m_tiles = -(-rows // 16)
-
+    or 8 at 32 columns; each warp a ring of 3 chunks. At 32 rows the 64- and 32-column shapes are the
+    sweep's best for gate/up, o and down (gpu_matmul_bench.py --sweep on an H200), and q/k/v's 96 blocks
+    of 64 columns left 36 SMs idle. Where the rows' pieces would overfill the shared memory, fewer warps
+    first (each keeps its chunks in flight), then fewer stages. The norm's operands and squares take
+    registers: past 32 rows it gets 32 columns (else it spills)."""
     def filled(n_tiles: int) -> float:
         blocks = -(-n // (8 * n_tiles))
         return blocks / (-(-blocks // SMS) * SMS)
 
-    widths = [w for w in (12, 8, 6) if m_tiles * w <= (24 if epilogue.norm else 32)] + [4]
-    n_tiles = max(widths, key=lambda tiles: (round(filled(tiles), 2), tiles))
-    tiles = Tiles(m_tiles, n_tiles=n_tiles, warps=8 if n_tiles == 4 else 4)
+    n_tiles = max((8, 6, 4), key=lambda tiles: (round(filled(tiles), 2), tiles))
+    tiles = Tiles(-(-rows // 16), n_tiles=n_tiles, warps=8 if n_tiles == 4 else 4)
+    if epilogue.norm and tiles.m_tiles * tiles.n_tiles > 16:
+        tiles = replace(tiles, n_tiles=4)
     while tiles.shared_bytes(epilogue) > SHARED_LIMIT:
         tiles = replace(tiles, warps=tiles.warps // 2) if tiles.warps > 4 else replace(tiles, stages=tiles.stages - 1)
     return tiles

@@ -201,10 +201,6 @@ class Platform:
     warps: int            # warps (simdgroups) of 32 lanes per partial block
     chunk_tokens: int     # KV tokens staged per iteration
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
-    # A stacked launch's (cascade level 0) staging buffers: its blocks read
-    # one long row, chunk after chunk, and wait on memory more than on their
-    # warps; more chunks in flight cost shared memory (fewer blocks an SM).
-    level0_stages: int
 
     quantized_partial_source: str = ""   # the partial kernel's source for quantized pools
 
@@ -310,10 +306,10 @@ class FusedKernels:
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place. ``stages``: the staging ring's chunks (default:
-        the platform's, for stacked launches its ``level0_stages``)."""
+        the platform's; sweeps)."""
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
-        stages = stages or (p.level0_stages if stacked else p.stages)
+        stages = stages or p.stages
         kind = "quantized_partial" if quant else "partial"
         return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
             # The page size is a template constant: page lookups become shifts.

@@ -485,8 +485,7 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # 2 simdgroups x 32-token chunks, one stage: 17 KB of threadgroup memory at
 # D=128 (the 32 KB limit also bounds the states, 2 x 16 x 130 floats).
 KERNELS = FusedKernels(Platform("metal", HEADER, FLOAT_PARTIAL_SOURCE, MERGE_SOURCE, CASCADE_MERGE_SOURCE, make_kernel,
-                                warps=2, chunk_tokens=32, stages=1, level0_stages=1,
-                                quantized_partial_source=QUANTIZED_PARTIAL_SOURCE))
+                                warps=2, chunk_tokens=32, stages=1, quantized_partial_source=QUANTIZED_PARTIAL_SOURCE))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -161,7 +161,7 @@ def test_every_launch_shape_of_the_sweep_computes_the_same_product():
     x = mx.array(rng.standard_normal((32, 1, 1024)).astype(np.float32)).astype(mx.bfloat16)
     w = mx.array((rng.standard_normal((512, 1024)) / 32).astype(np.float32)).astype(mx.bfloat16)
     want = as64(skinny_matmul(x, w))
-    for tiles in (Tiles(2, 4, 2, 4), Tiles(2, 8, 2, 6), Tiles(2, 4, 4, 6), Tiles(2, 6, 4, 3), Tiles(2, 12, 4, 3)):
+    for tiles in (Tiles(2, 4, 2, 4), Tiles(2, 8, 2, 6), Tiles(2, 4, 4, 6), Tiles(2, 6, 4, 3)):
         assert tiles.shared_bytes() <= SHARED_LIMIT
         np.testing.assert_allclose(as64(skinny_matmul(x, w, tiles)), want, rtol=2**-7, atol=1e-3)
 

@@ -58,7 +58,7 @@ def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, 
         [("out", "float32"), ("out_lse", "float32")],
         [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
          ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
-         ("STAGES", stages or (p.level0_stages if stacked else p.stages)), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+         ("STAGES", stages or p.stages), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 def partial_registers(tmp_path, pool: str, head_dim: int, warps_m: int, stacked: bool = False,

@@ -1,5 +1,6 @@
 """A benchmark run with the CUDA platform's level-0 staging ring set (the run's own choice, from its sweep):
-python with_level0_stages.py STAGES SCRIPT [ARGS...]"""
+python with_level0_stages.py STAGES SCRIPT [ARGS...]. Ran at e8b6a1f, whose Platform had a level0_stages field
+(dropped after this run: the sweep kept the double buffer)."""
 import dataclasses
 import runpy
 import sys
