@@ -27,8 +27,9 @@ sampled tokens on the host, so wall time is device time plus the engine's
 host work. The arms' tokens are compared: identical work, greedy decoding;
 a bf16 rounding difference between two attention groupings (or two prefill
 schedules) can flip a near-tie argmax, after which the sequences part. So
-besides counting agreeing steps, each arm's tokens for a few rows are scored
-by mlx-lm's own forward pass, teacher-forced on that arm's sequence: at every
+besides counting agreeing steps, each arm's tokens for a few rows (0, 1, the
+last, and the first rows on which two arms part) are scored by mlx-lm's own
+forward pass, teacher-forced on that arm's sequence: at every
 step, how far the chosen token's logit sits below mlx-lm's top logit, and its
 rank. A correct engine picks mlx-lm's argmax or a near-tie (gap around the
 bf16 noise, far below the logits' spread); a harness bug picks tokens at
@@ -242,6 +243,9 @@ def mlx_lm_arm(model, batch: list[list[int]], new_tokens: int) -> dict:
             "tokens": [tokens[u] for u in uids]}
 
 
+PARTED_ROWS_SCORED = 4   # each scored row is a forward pass over its 8K prompt per arm
+
+
 def teacher_forced(model, prompt: list[int], tokens: list[int], chunk: int = 2048) -> dict:
     """Score greedy ``tokens`` with mlx-lm's forward pass over prompt + tokens."""
     from mlx_lm.models.cache import make_prompt_cache
@@ -266,10 +270,18 @@ def teacher_forced(model, prompt: list[int], tokens: list[int], chunk: int = 204
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
-    same_rows = sum(x == y for x, y in zip(a, b))
+    parted = [row for row, (x, y) in enumerate(zip(a, b)) if x != y]
     prefix = min(next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
                  for x, y in zip(a, b))
-    return {"identical_rows": same_rows, "rows": len(a), "steps_all_rows_agree": prefix}
+    return {"identical_rows": len(a) - len(parted), "rows": len(a), "steps_all_rows_agree": prefix,
+            "parted_rows": parted}
+
+
+def scored_rows(report: dict, concurrency: int) -> list[int]:
+    """The rows the teacher-forced check scores: a full prefill (row 0), prefix-cache hits (1, the last),
+    and the first PARTED_ROWS_SCORED rows on which two arms' tokens part (a near-tie, or a bug)."""
+    parted = sorted({row for key, value in report.items() if key.endswith("_tokens") for row in value["parted_rows"]})
+    return sorted({0, 1, concurrency - 1, *parted[:PARTED_ROWS_SCORED]})
 
 
 def main() -> None:
@@ -342,7 +354,7 @@ def main() -> None:
         print("mlx_lm", json.dumps(report["mlx_lm"]), flush=True)
     save()
     mx.clear_cache()
-    checked = sorted({0, 1, args.concurrency - 1})      # a full prefill, prefix-cache hits
+    checked = scored_rows(report, args.concurrency)
     report["teacher_forced"] = {name: {row: teacher_forced(stock, batch[row], arm["tokens"][row])
                                        for row in checked} for name, arm in arms.items() if not name.endswith("_2")}
     print("teacher_forced", json.dumps(report["teacher_forced"]), flush=True)

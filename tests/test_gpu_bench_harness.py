@@ -126,3 +126,16 @@ def test_the_e2e_reads_run_abba_with_each_cascade_matmul(monkeypatch):
     with e2e.matmul_env("auto"):
         assert "MLXCEL_MATMUL" not in os.environ
     assert os.environ["MLXCEL_MATMUL"] == "skinny"
+
+
+def test_the_e2e_token_check_scores_the_rows_where_arms_part():
+    import gpu_e2e_bench as e2e
+    base = [[5, 6, 7], [5, 6, 7], [1, 2, 3], [4, 4, 4], [9, 9, 9]]
+    parted = [row[:] for row in base]
+    parted[2][0], parted[3][2] = 8, 0            # row 2 parts at the first token, row 3 at the last
+    check = e2e.agreement(base, parted)
+    assert check == {"identical_rows": 3, "rows": 5, "steps_all_rows_agree": 0, "parted_rows": [2, 3]}
+    report = {"cascade_vs_flat_tokens": e2e.agreement(base, base), "flat_vs_mlx_lm_tokens": check}
+    assert e2e.scored_rows(report, 5) == [0, 1, 2, 3, 4]
+    many = {"flat_vs_mlx_lm_tokens": {"parted_rows": list(range(2, 30))}}
+    assert e2e.scored_rows(many, 32) == [0, 1, 2, 3, 4, 5, 31]       # the first PARTED_ROWS_SCORED parted rows
