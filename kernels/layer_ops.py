@@ -168,6 +168,7 @@ class HeadSplit:
         k = k.reshape(rows, 1, self.n_kv_heads, d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = self.rope(q.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
-        k = self.rope(k.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
-        return q, k, v.reshape(rows, self.n_kv_heads, d)
+        # One rope over q's and k's heads side by side: it rotates each head alone, so the values are the
+        # two calls', and where MLX decomposes it (the CPU) its graph is built once, not twice.
+        qk = self.rope(mx.concatenate([q, k], axis=2).transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
+        return qk[:, :self.n_heads], qk[:, self.n_heads:], v.reshape(rows, self.n_kv_heads, d)

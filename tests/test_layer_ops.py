@@ -121,6 +121,27 @@ def test_split_heads_matches_float64(dtype, family, traditional, d):
     assert_close(k, as64(ck), tolerance)
 
 
+
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
+@pytest.mark.parametrize("traditional", [False, True])
+def test_one_rope_over_q_and_k_gives_mlx_lms_two_bit_for_bit(family, traditional):
+    # The composed split ropes q's and k's heads in one call; mlx-lm's attention ropes each on its own.
+    rng = np.random.default_rng()
+    d = 64
+    heads = (qwen3_heads if family == "qwen3" else llama3_heads)(d, mx.bfloat16, traditional, rng)
+    rows = 7
+    qkv = mx.array(rng.normal(size=(rows, 1, 12 * d)), mx.bfloat16)
+    positions = mx.array(rng.integers(0, MAX_POSITION, rows), mx.int32)
+    q, k, _ = COMPOSED.split_heads(heads, qkv, positions)
+    x = qkv.reshape(rows, 1, 12, d)
+    qx, kx = x[:, :, :8], x[:, :, 8:10]
+    if heads.q_norm is not None:
+        qx, kx = heads.q_norm(qx), heads.k_norm(kx)
+    for got, part in ((q, qx), (k, kx)):
+        want = heads.rope(part.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
+        assert not mx.array_equal(want, part[:, 0])       # rotated: positions are not all 0
+        np.testing.assert_array_equal(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)))
+
 def test_rope_frequencies_decline_what_the_kernel_cannot_spell():
     from mlx_lm.models.rope_utils import SuScaledRoPE
 
