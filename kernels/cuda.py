@@ -9,8 +9,9 @@ Partial kernel, per block = (tile, head group, KV head), WARPS warps:
      KV head's count are zero rows), pre-scaled into the log2 domain.
   2. Staging: 64-token chunks of K and V are copied into shared memory with
      cp.async into a ring of STAGES chunks (two: double-buffered; deeper
-     rings are for sweeps), their page-table lookups issued a chunk ahead; slots outside the row's valid range (before first_page_offset,
-     past last_page_len) are zero-filled so no stale value can reach the sums.
+     rings are for sweeps), their page-table lookups issued a chunk ahead;
+     slots outside the row's valid range (before first_page_offset, past
+     last_page_len) are zero-filled so no stale value can reach the sums.
   3. Scores S = Q K^T and O += P V on mma.sync m16n8k16 (bf16/f16 operands,
      float32 accumulators); B operands come from shared memory through
      ldmatrix (transposed for V). Every K/V element is loaded from memory once
@@ -881,9 +882,9 @@ CASCADE_MERGE_SOURCE = r"""
 # launch passes MLX's parameters through, shapes included, by the same names.
 PARTIAL_SIGNATURE = (
     "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,"
-    " int SCALE_BITS, typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape, const T* k_pool,"
-    " const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros,"
-    " const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
+    " int SCALE_BITS, typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape,"
+    " const T* k_pool, const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales,"
+    " const __half* k_zeros, const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
     " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
 MERGE_SIGNATURE = (
     "template <typename TV, typename TL, int D, typename S>\n__device__ __forceinline__ void merge(const TV* v_in,"
