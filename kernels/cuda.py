@@ -495,12 +495,12 @@ PARTIAL_SOURCE = r"""
     else mlxcel::copy_commit();
   }
   lookup(chunk_begin + STAGES - 1, pages);
-  int buffer = 0, next_buffer = STAGES - 1;
+  int buffer = 0;                                  // this chunk's; the one staged next is the one before it
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     mlxcel::copy_wait<STAGES - 2>();
     __syncthreads();
     if (chunk + STAGES - 1 < chunk_end) {
-      stage(chunk + STAGES - 1, next_buffer, pages);
+      stage(chunk + STAGES - 1, buffer == 0 ? STAGES - 1 : buffer - 1, pages);
       lookup(chunk + STAGES, pages);
     } else {
       mlxcel::copy_commit();
@@ -717,7 +717,6 @@ PARTIAL_SOURCE = r"""
       }
     }
     buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
-    next_buffer = next_buffer + 1 == STAGES ? 0 : next_buffer + 1;
   }
   __syncthreads();                                 // the states below reuse the staging memory
 
