@@ -421,7 +421,12 @@ PARTIAL_SOURCE = r"""
       pages[p] = indices[page_begin + min(page, page_count - 1)];
     }
   };
-  auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
+  // A thread's offset in a page's elements (16-bit pages), and one pass's rows on.
+  const int page_offset = (pass_row * kv_heads + kv_head) * D + part * 8;
+  const int pass_elements = PASS_ROWS * kv_heads * D;
+  // at_ends: the chunk holds one of the row's ends, so its slots are checked;
+  // the chunks between copy every slot.
+  auto stage_slots = [&](int chunk, int buffer, const int (&pages)[LOOKUPS], bool at_ends) {
     if constexpr (QUANTIZED) {
       unsigned char* keys = mlxcel_shared + buffer * CODE_STAGE;
       unsigned char* values = keys + CHUNK * CODE_STRIDE;
@@ -430,7 +435,7 @@ PARTIAL_SOURCE = r"""
       for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
         const int slot_in_chunk = j * PASS_ROWS + pass_row;
         const int slot = chunk * CHUNK + slot_in_chunk;
-        const bool valid = slot >= first_slot && slot < end_slot;   // else zero codes, zero scales: values 0
+        const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);   // else zero codes and scales: 0
         const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
         // The (token, KV head) row's index in the pool, 64-bit from the page's base.
         const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
@@ -454,21 +459,28 @@ PARTIAL_SOURCE = r"""
     } else {
       T* keys = staged + (2 * buffer) * STAGE;
       T* values = keys + STAGE;
+      // 64-bit arithmetic once a page (a pool may hold over 2^31 elements): its
+      // base at this thread's offset; a pass is a 32-bit step on.
+      size_t page_at[LOOKUPS];
+      #pragma unroll
+      for (int p = 0; p < LOOKUPS; ++p) page_at[p] = size_t(pages[p]) * page_elements;
       #pragma unroll
       for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
         const int slot_in_chunk = j * PASS_ROWS + pass_row;
         const int slot = chunk * CHUNK + slot_in_chunk;
         // Invalid slots read nothing (zero-fill) from a valid slot's page.
-        const bool valid = slot >= first_slot && slot < end_slot;
-        const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-        // 64-bit arithmetic only for a page's base (a pool may hold over 2^31 elements).
-        const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * page_elements +
-                          (page_row * kv_heads + kv_head) * D + part * 8;
+        const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
+        const size_t at = ALIGNED ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j * PASS_ROWS % BLOCK / PASS_ROWS * pass_elements)
+                                  : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
         mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
         mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
       }
       mlxcel::copy_commit();
     }
+  };
+  auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
+    if (chunk * CHUNK >= first_slot && (chunk + 1) * CHUNK <= end_slot) stage_slots(chunk, buffer, pages, false);
+    else stage_slots(chunk, buffer, pages, true);
   };
   // Which half of a staged int8 scale word is this KV head's: the row index's
   // parity, (token * kv_heads + kv_head) % 2 (pages of an even token count).

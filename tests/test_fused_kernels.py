@@ -109,6 +109,14 @@ def test_partial_matches_reference(rng, record_property, dtype, group, head_dim,
     check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, dtype)
 
 
+@pytest.mark.parametrize("block_size, head_dim", [(8, 64), (24, 128)])
+def test_pages_that_a_copy_pass_straddles(rng, record_property, block_size, head_dim):
+    # Pages that do not tile a chunk's copy passes: each pass row looks up its own page.
+    case = mixed_batch(rng, block_size=block_size, group=4, head_dim=head_dim, dtype=mx.bfloat16)
+    o, lse = run_partial(case, 3)
+    check_partial(record_property, case.q, case.k_pool, case.v_pool, case.host, case.scale, o, lse, mx.bfloat16)
+
+
 @pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("q_dtype", [mx.bfloat16, mx.float16])
 def test_half_precision_queries(rng, record_property, q_dtype, pool):
