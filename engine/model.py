@@ -283,7 +283,7 @@ class PagedAttention(nn.Module):
         and v into the pool themselves (then both None)."""
         if "qkv_proj" in self:
             stream, (qkv,) = norm_project(ops, residual, h, norm, (self.qkv_proj,))
-            return (stream, *ops.split_heads(self.heads, qkv, positions, slots, self.o_proj.get("weight")))
+            return (stream, *ops.split_heads(self.heads, qkv, positions, slots))
         stream, (q, k, v) = norm_project(ops, residual, h, norm, (self.q_proj, self.k_proj, self.v_proj))
         return (stream, *self.heads.rotate(q, k, v, positions))
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 
 import mlx.core as mx
 
@@ -177,36 +176,15 @@ __device__ __forceinline__ void store_quantized(const Pool<TP>& pool, size_t slo
   }
 }
 
-// Starts BYTES of p on their way into the L2 cache and does not wait (sm_90's bulk prefetch: the copy
-// engine moves them, no thread does): POLICY 1 at the normal priority, 2 to be evicted last.
-template <int POLICY, int BYTES>
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  constexpr size_t PIECE = 1 << 14;
-  const size_t threads = size_t(gridDim.x) * blockDim.x;
-  for (size_t at = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * PIECE; at < BYTES; at += threads * PIECE) {
-    const char* src = static_cast<const char*>(p) + at;
-    const uint32_t size = static_cast<uint32_t>(min(PIECE, BYTES - at));
-    if constexpr (POLICY == 2) {
-      uint64_t policy;
-      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;"
-                   :: "l"(src), "r"(size), "l"(policy) : "memory");
-    } else {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(size) : "memory");
-    }
-  }
-}
-
 template <typename T, typename TW, typename TP, int D, int HQ, int HKV, bool NORM, bool TRADITIONAL, bool STORE,
-          int QUANT, int BLOCK, int EPS_BITS, int SCALE_BITS, int PREFETCH, int PREFETCH_BYTES, typename S>
+          int QUANT, int BLOCK, int EPS_BITS, int SCALE_BITS, typename S>
 __device__ __forceinline__ void split_heads(const T* qkv, const S& qkv_shape, const TW* q_weight,
                                             const TW* k_weight, const int32_t* positions, const float* inv_freq,
                                             const int32_t* slot_blocks, const int32_t* slot_offsets,
                                             const Pool<TP> k_pool, const Pool<TP> v_pool, T* q_out, TP* k_out,
-                                            TP* v_out, const void* prefetch) {
+                                            TP* v_out) {
   constexpr int VEC = D / 32;
   constexpr int HEADS = HQ + 2 * HKV;
-  if constexpr (PREFETCH != 0) prefetch_l2<PREFETCH, PREFETCH_BYTES>(prefetch);
   const int rows = qkv_shape[0];
   const size_t item = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -294,12 +272,9 @@ ADD_RMS_NORM_CALL = ("mlxcel_layer::add_rms_norm<T, TW, THREADS, PER, EPS_BITS>(
 SPLIT_INPUTS = ["qkv", "q_weight", "k_weight", "positions", "inv_freq"]
 
 
-def split_heads_call(quant: int | None, prefetch: bool = False) -> str:
+def split_heads_call(quant: int | None) -> str:
     """The kernel's call: k and v to outputs (``quant`` None), or stored into
-    float pools (0) or int8 (8) or int4 (4) pages; with ``prefetch``, the
-    input ``prefetch`` (PREFETCH_BYTES of it) started into the L2 cache."""
-    prefetched = "PREFETCH, PREFETCH_BYTES" if prefetch else "0, 0"
-    source = "prefetch" if prefetch else "(const void*)nullptr"
+    float pools (0) or int8 (8) or int4 (4) pages."""
     def pool(side: str) -> str:
         if quant is None:
             return "mlxcel_layer::Pool<T>{nullptr, nullptr, nullptr}"
@@ -310,12 +285,11 @@ def split_heads_call(quant: int | None, prefetch: bool = False) -> str:
 
     if quant is None:
         return ("mlxcel_layer::split_heads<T, TW, T, D, HQ, HKV, NORM, TRADITIONAL, false, 0, 1, EPS_BITS, "
-                f"SCALE_BITS, {prefetched}>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, "
-                f"(const int32_t*)nullptr, (const int32_t*)nullptr, {pool('k')}, {pool('v')}, q_out, k_out, v_out, "
-                f"{source});")
+                "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, (const int32_t*)nullptr, "
+                f"(const int32_t*)nullptr, {pool('k')}, {pool('v')}, q_out, k_out, v_out);")
     return (f"mlxcel_layer::split_heads<T, TW, TP, D, HQ, HKV, NORM, TRADITIONAL, true, {quant}, BLOCK, EPS_BITS, "
-            f"SCALE_BITS, {prefetched}>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, slot_blocks, "
-            f"slot_offsets, {pool('k')}, {pool('v')}, q_out, (TP*)nullptr, (TP*)nullptr, {source});")
+            "SCALE_BITS>(qkv, qkv_shape, q_weight, k_weight, positions, inv_freq, slot_blocks, slot_offsets, "
+            f"{pool('k')}, {pool('v')}, q_out, (TP*)nullptr, (TP*)nullptr);")
 
 
 def store_inputs(quant: int) -> list[str]:
@@ -349,10 +323,9 @@ class CudaOps(ComposedOps):
 
     stores_in_place = True
 
-    def __init__(self, skinny_matmuls: bool, host_bound_ops: "CudaOps | None" = None, prefetch: int = 0) -> None:
+    def __init__(self, skinny_matmuls: bool, host_bound_ops: "CudaOps | None" = None) -> None:
         self._kernels: dict[str, object] = {}
         self.skinny_matmuls = skinny_matmuls
-        self.prefetch = prefetch
         self._host_bound = host_bound_ops or self
 
     def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
@@ -409,8 +382,8 @@ class CudaOps(ComposedOps):
             output_shapes=[shape, shape], output_dtypes=[residual.dtype, residual.dtype])
         return total, normed
 
-    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
-                    read_next: mx.array | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
         d = heads.head_dim
         if (heads.frequencies is None or qkv.dtype not in ELEMENT_DTYPES or d % 32 or d > MAX_HEAD_DIM
                 or (heads.frequencies[2] and d % 64)):                 # traditional pairs stay inside a lane
@@ -435,13 +408,9 @@ class CudaOps(ComposedOps):
             return q, k, v
         pools = [slots.keys, slots.values] if quant == 0 else [part for pages in (slots.keys, slots.values)
                                                                 for part in pages if part is not None]
-        prefetch = self.prefetch != 0 and read_next is not None and read_next.nbytes < 2**31
-        names = store_inputs(quant) + ["prefetch"] * prefetch
-        q, = self._kernel(f"split_heads_store{quant}{'_prefetch' * prefetch}", names, ["q_out"],
-                          split_heads_call(quant, prefetch))(
-            inputs=inputs + [slots.blocks, slots.offsets, *pools] + [read_next] * prefetch,
-            template=template + [("TP", slots.keys.dtype), ("BLOCK", slots.keys.shape[1])]
-            + [("PREFETCH", self.prefetch), ("PREFETCH_BYTES", read_next.nbytes // 16 * 16)] * prefetch,
+        q, = self._kernel(f"split_heads_store{quant}", store_inputs(quant), ["q_out"], split_heads_call(quant))(
+            inputs=inputs + [slots.blocks, slots.offsets, *pools],
+            template=template + [("TP", slots.keys.dtype), ("BLOCK", slots.keys.shape[1])],
             output_shapes=[(rows, hq, d)], output_dtypes=[qkv.dtype], **launch)
         return q, None, None
 
@@ -449,12 +418,9 @@ class CudaOps(ComposedOps):
 CUDA_SKINNY_OPS = CudaOps(skinny_matmuls=True)
 CUDA_CUBLAS_OPS = CudaOps(skinny_matmuls=False)
 CUDA_OPS = CudaOps(skinny_matmuls=False, host_bound_ops=CUDA_SKINNY_OPS)
-PREFETCHING_OPS = {policy: CudaOps(skinny_matmuls=False, host_bound_ops=CudaOps(skinny_matmuls=True, prefetch=policy))
-                   for policy in (1, 2)}
 
 
 def cuda_ops(matmul: str) -> CudaOps:
     """The CUDA ops for an ``MLXCEL_MATMUL`` choice: ``skinny`` in every decode step, ``cublas`` in none, else
     (the default) in host-bound steps."""
-    policy = {"normal": 1, "last": 2}.get(os.environ.get("MLXCEL_L2_PREFETCH", "").strip(), 0)
-    return {"skinny": CUDA_SKINNY_OPS, "cublas": CUDA_CUBLAS_OPS}.get(matmul, PREFETCHING_OPS.get(policy, CUDA_OPS))
+    return {"skinny": CUDA_SKINNY_OPS, "cublas": CUDA_CUBLAS_OPS}.get(matmul, CUDA_OPS)

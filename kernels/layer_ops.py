@@ -76,12 +76,11 @@ class ComposedOps:
         total = residual + delta
         return total, mx.fast.rms_norm(total, weight, eps)
 
-    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
-                    read_next: mx.array | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
         """q [T, Hq, D], k and v [T, Hkv, D]; with ``slots`` the kernels may
         store k and v into the pool themselves and return (q, None, None), else
-        the caller stores them. ``read_next``: the weight the layer reads after
-        the attention (o_proj's), which the kernels may start into the cache."""
+        the caller stores them."""
         q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
         return heads.rotate(q, k, v, positions)
 

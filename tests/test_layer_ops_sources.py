@@ -22,9 +22,8 @@ needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the 
 CODE_DTYPES = {0: "bfloat16", 8: "int8", 4: "uint8"}
 
 
-def store_unit(quant: int, head_dim: int, norm: bool, traditional: bool, prefetch: int = 0) -> str:
-    """The store kernel of an 8B-shaped layer (32 q heads, 8 KV heads, bf16), its pool float or quantized;
-    ``prefetch``: the o_proj weight started into the L2 cache at that policy (0: none)."""
+def store_unit(quant: int, head_dim: int, norm: bool, traditional: bool) -> str:
+    """The store kernel of an 8B-shaped layer (32 q heads, 8 KV heads, bf16), its pool float or quantized."""
     dtypes = {"positions": "int32", "inv_freq": "float32", "slot_blocks": "int32", "slot_offsets": "int32"}
     def dtype(name: str) -> str:
         if name in dtypes:
@@ -36,10 +35,8 @@ def store_unit(quant: int, head_dim: int, norm: bool, traditional: bool, prefetc
     template = [("T", "bfloat16"), ("TW", "bfloat16"), ("D", head_dim), ("HQ", 32), ("HKV", 8), ("NORM", norm),
                 ("TRADITIONAL", traditional), ("EPS_BITS", float_bits(1e-6)), ("SCALE_BITS", float_bits(1.0)),
                 ("TP", CODE_DTYPES[quant]), ("BLOCK", 16)]
-    names = store_inputs(quant) + ["prefetch"] * bool(prefetch)
-    template += [("PREFETCH", prefetch), ("PREFETCH_BYTES", 4096 * 4096 * 2)] * bool(prefetch)
-    return translation_unit("split_heads_store", cuda_layer_ops.LIBRARY, split_heads_call(quant, bool(prefetch)),
-                            [(name, dtype(name)) for name in names], [("q_out", "bfloat16")], template)
+    return translation_unit("split_heads_store", cuda_layer_ops.LIBRARY, split_heads_call(quant),
+                            [(name, dtype(name)) for name in store_inputs(quant)], [("q_out", "bfloat16")], template)
 
 
 # Qwen3 heads (q/k norms, half-split rope) and Llama heads (no norms, neighbour pairs, which the kernel
@@ -54,13 +51,6 @@ def test_store_kernel_compiles_without_spills(tmp_path, quant, head_dim, norm, t
     # A decode step's grid is a few 4-warp blocks an SM (32 rows x 48 heads of an 8B model: 384 blocks
     # on 132 SMs); at <= 64 registers 8 of them fit an SM.
     registers, spills = resources(compile_unit(store_unit(quant, head_dim, norm, traditional), tmp_path))
-    assert spills == 0 and registers <= 64
-
-
-@needs_nvcc
-@pytest.mark.parametrize("prefetch", [1, 2])
-def test_store_kernel_prefetching_the_next_weight_compiles_without_spills(tmp_path, prefetch):
-    registers, spills = resources(compile_unit(store_unit(0, 128, True, False, prefetch), tmp_path))
     assert spills == 0 and registers <= 64
 
 
