@@ -126,11 +126,23 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   // This warp's chunks of K: every WARPS-th from its index.
   const int mine = max(0, (K / 64 - warp + WARPS - 1) / WARPS);
 
-  // What this lane copies: piece p (k 8p..8p+7) of rows 4u + q (u = 0, 1) of each 8-row group, from row
-  // q's address a fixed number of rows on (rows past the end copy zeros, from the block's first row).
+  // What this lane copies: piece p (k 8p..8p+7) of rows 4u + q (u = 0, 1) of each 8-row group, at 32-bit
+  // element offsets from row q's piece (a weight of < 2^31 elements; the weight's taken once, as the copies
+  // are issued between a chunk's wait and its products). A row past the end copies zeros (offset 0).
   const int q = lane / 8, p = lane % 8;
   const T* const w_lane = w + size_t(min(n0 + q, n_out - 1)) * K + p * 8;
   const T* const x_lane = x + size_t(min(q, M - 1)) * K + p * 8;
+  int w_offset[N_TILES][2];
+  uint32_t w_live = 0;                                         // bit 2 j + u: that row exists
+  #pragma unroll
+  for (int j = 0; j < N_TILES; ++j)
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int row = (j % OUT_TILES) * 8 + 4 * u;             // + q: the block's row (gate's, then up's)
+      const bool exists = n0 + row + q < n_out;
+      w_live |= uint32_t(exists) << (2 * j + u);
+      w_offset[j][u] = exists ? row * K + (j >= OUT_TILES ? n_out * K : 0) : 0;
+    }
   // A warp's ring of STAGES chunks, [stage][piece][lane]: lane (g, t) reads its two pieces of each row.
   uint4* const ring = reinterpret_cast<uint4*>(mlxcel_shared) + warp * STAGES * PIECES * 32;
   auto stage_chunk = [&](int i) {
@@ -142,12 +154,9 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     #pragma unroll
     for (int j = 0; j < N_TILES; ++j)
       #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int row = (j % OUT_TILES) * 8 + 4 * u;             // + q: the block's row (gate's, then up's)
-        const bool copied = live && n0 + row + q < n_out;
-        const T* src = w_lane + size_t(row) * K + (j >= OUT_TILES ? size_t(n_out) * K : 0) + k;
-        copy16(slot_of(p / 4 * N_TILES + j, 4 * u + q), copied ? src : w_lane, copied);
-      }
+      for (int u = 0; u < 2; ++u)
+        copy16(slot_of(p / 4 * N_TILES + j, 4 * u + q), w_lane + (w_offset[j][u] + k),
+               live && (w_live >> (2 * j + u) & 1));
     #pragma unroll
     for (int i2 = 0; i2 < M_TILES; ++i2)
       #pragma unroll
@@ -157,7 +166,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
           const int row = i2 * 16 + h * 8 + 4 * u;               // + q
           const bool copied = live && row + q < M;
           copy16(slot_of(2 * N_TILES + (p / 4 * M_TILES + i2) * 2 + h, 4 * u + q),
-                 copied ? x_lane + size_t(row) * K + k : x_lane, copied);
+                 x_lane + (copied ? row * K + k : 0), copied);
         }
     if constexpr (NORM) {   // the norm's weight: each lane the pieces it reads
       #pragma unroll
@@ -374,10 +383,11 @@ def kernel_for(epilogue: Epilogue, shared_bytes: int):
 
 def takes(x: mx.array, weight: mx.array) -> bool:
     """Whether ``skinny_matmul`` computes x @ weight.T: a 16-bit weight [N, K]
-    of x's dtype, N in whole 8-column tiles, K in whole chunks, 1 to MAX_ROWS rows of x."""
+    of x's dtype, N in whole 8-column tiles, K in whole chunks, under 2^31 elements (the kernel's row
+    offsets are 32-bit), 1 to MAX_ROWS rows of x."""
     n, k = weight.shape if weight.ndim == 2 else (0, 0)
     return (weight.dtype in DTYPES and x.dtype == weight.dtype and x.shape[-1] == k and k > 0 and k % CHUNK == 0
-            and n % 8 == 0 and 0 < x.size // k <= MAX_ROWS)
+            and n % 8 == 0 and weight.size < 2**31 and 0 < x.size // k <= MAX_ROWS)
 
 
 def takes_norm(x: mx.array, norm_weight: mx.array) -> bool:
