@@ -12,17 +12,13 @@ engine uses it only in those host-bound steps (layer_ops.host_bound).
 The layout: a block owns ``8 N_TILES`` output columns and all (<= 16
 ``M_TILES``) rows; its warps split K in 64-wide chunks (warp w takes chunks
 w, w + WARPS, ...), each chunk four m16n8k16 tensor-core products per (m, n)
-tile. Lane (g, t) of a tile's products takes two 16-byte pieces of its
-weight row g and of its x rows from its warp's ring of STAGES chunks (k
-8t..8t+7 and 32+8t..32+8t+7 of the chunk, t = lane % 4): the mma's k order is
-permuted to match (its k 2t, 2t+1, 2t+8, 2t+9 are a piece's first four, the
-next product's its last four), a sum's order being free, so no operand is
-shuffled. The copies into the ring (cp.async, STAGES - 1 chunks in flight)
-are laid out for the memory instead: eight lanes copy a row's whole 128-byte
-line, four rows an instruction, each piece into the slot of the lane that
-reads it (the warp syncs between the copies' wait and the reads). Streaming
-the gate/up weight alone, whole lines took 51 us where four lanes' 64-byte
-halves of a row took 59 (run 32's probe on an H200). The warps' float32 sums meet in shared
+tile. For each of its weight rows and x rows a lane copies two 16-byte pieces
+(k 8t..8t+7 and 32+8t..32+8t+7 of the chunk, t = lane % 4: four lanes read a
+row's 64 contiguous bytes, whole sectors, twice) into its warp's ring of
+STAGES chunks (cp.async, STAGES - 1 in flight) and reads back only what it
+copied: the mma's k order is permuted to match (its k 2t, 2t+1, 2t+8, 2t+9
+are a piece's first four, the next product's its last four), a sum's order
+being free, so no operand is shuffled. The warps' float32 sums meet in shared
 memory, are added in warp order (the same order every run) and rounded once
 to the output's dtype.
 
@@ -126,52 +122,41 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   // This warp's chunks of K: every WARPS-th from its index.
   const int mine = max(0, (K / 64 - warp + WARPS - 1) / WARPS);
 
-  // What this lane copies: piece p (k 8p..8p+7) of rows 4u + q (u = 0, 1) of each 8-row group, at 32-bit
-  // element offsets from row q's piece (a weight of < 2^31 elements; the weight's taken once, as the copies
-  // are issued between a chunk's wait and its products). A row past the end copies zeros (offset 0).
-  const int q = lane / 8, p = lane % 8;
-  const T* const w_lane = w + size_t(min(n0 + q, n_out - 1)) * K + p * 8;
-  const T* const x_lane = x + size_t(min(q, M - 1)) * K + p * 8;
-  int w_offset[N_TILES][2];
-  uint32_t w_live = 0;                                         // bit 2 j + u: that row exists
+  const T* w_row[N_TILES];
   #pragma unroll
-  for (int j = 0; j < N_TILES; ++j)
+  for (int j = 0; j < N_TILES; ++j) {
+    const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
+    w_row[j] = w + size_t(column) * K + t * 8;
+  }
+  const T* x_row[M_TILES][2];
+  bool x_live[M_TILES][2];
+  #pragma unroll
+  for (int i = 0; i < M_TILES; ++i)
     #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int row = (j % OUT_TILES) * 8 + 4 * u;             // + q: the block's row (gate's, then up's)
-      const bool exists = n0 + row + q < n_out;
-      w_live |= uint32_t(exists) << (2 * j + u);
-      w_offset[j][u] = exists ? row * K + (j >= OUT_TILES ? n_out * K : 0) : 0;
+    for (int h = 0; h < 2; ++h) {
+      const int row = i * 16 + h * 8 + g;
+      x_live[i][h] = row < M;
+      x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 8;
     }
-  // A warp's ring of STAGES chunks, [stage][piece][lane]: lane (g, t) reads its two pieces of each row.
-  uint4* const ring = reinterpret_cast<uint4*>(mlxcel_shared) + warp * STAGES * PIECES * 32;
+
+  // A warp's ring of STAGES chunks, [stage][piece][lane]: a lane reads back only what it copied.
+  uint4* ring = reinterpret_cast<uint4*>(mlxcel_shared) + warp * STAGES * PIECES * 32 + lane;
   auto stage_chunk = [&](int i) {
     const bool live = i < mine;
     const int k = live ? (warp + i * WARPS) * 64 : 0;
-    uint4* const stage = ring + (i % STAGES) * PIECES * 32;
-    // Piece p of row g of a group of 8 rows (a group: one half of one tile's rows) goes to lane (g, p % 4).
-    auto slot_of = [&](int group, int g_row) { return stage + group * 32 + g_row * 4 + p % 4; };
+    uint4* slot = ring + (i % STAGES) * PIECES * 32;
     #pragma unroll
-    for (int j = 0; j < N_TILES; ++j)
+    for (int half = 0; half < 2; ++half) {
       #pragma unroll
-      for (int u = 0; u < 2; ++u)
-        copy16(slot_of(p / 4 * N_TILES + j, 4 * u + q), w_lane + (w_offset[j][u] + k),
-               live && (w_live >> (2 * j + u) & 1));
-    #pragma unroll
-    for (int i2 = 0; i2 < M_TILES; ++i2)
+      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + k + half * 32, live);
       #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int i2 = 0; i2 < M_TILES; ++i2)
         #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int row = i2 * 16 + h * 8 + 4 * u;               // + q
-          const bool copied = live && row + q < M;
-          copy16(slot_of(2 * N_TILES + (p / 4 * M_TILES + i2) * 2 + h, 4 * u + q),
-                 x_lane + (copied ? row * K + k : 0), copied);
-        }
-    if constexpr (NORM) {   // the norm's weight: each lane the pieces it reads
-      #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        copy16(stage + (2 * N_TILES + 4 * M_TILES + half) * 32 + lane, norm_weight + k + half * 32 + t * 8, live);
+        for (int h = 0; h < 2; ++h)
+          copy16(slot + (2 * N_TILES + (half * M_TILES + i2) * 2 + h) * 32, x_row[i2][h] + k + half * 32,
+                 live && x_live[i2][h]);
+      if constexpr (NORM) copy16(slot + (2 * N_TILES + 4 * M_TILES + half) * 32, norm_weight + k + half * 32 + t * 8,
+                                 live);
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
@@ -191,10 +176,9 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) stage_chunk(s);
   for (int c = 0; c < mine; ++c) {
-    wait_copies<STAGES - 2>();       // this lane's copies of chunk c have landed
-    __syncwarp();                    // and every lane's; all have read chunk c - 1
-    stage_chunk(c + STAGES - 1);     // into the stage chunk c - 1 left
-    const uint4* slot = ring + (c % STAGES) * PIECES * 32 + lane;
+    wait_copies<STAGES - 2>();       // chunk c has landed
+    stage_chunk(c + STAGES - 1);     // into the stage chunk c - 1 left (its products are issued)
+    const uint4* slot = ring + (c % STAGES) * PIECES * 32;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       uint4 wv[N_TILES], xv[M_TILES][2];
@@ -383,11 +367,10 @@ def kernel_for(epilogue: Epilogue, shared_bytes: int):
 
 def takes(x: mx.array, weight: mx.array) -> bool:
     """Whether ``skinny_matmul`` computes x @ weight.T: a 16-bit weight [N, K]
-    of x's dtype, N in whole 8-column tiles, K in whole chunks, under 2^31 elements (the kernel's row
-    offsets are 32-bit), 1 to MAX_ROWS rows of x."""
+    of x's dtype, N in whole 8-column tiles, K in whole chunks, 1 to MAX_ROWS rows of x."""
     n, k = weight.shape if weight.ndim == 2 else (0, 0)
     return (weight.dtype in DTYPES and x.dtype == weight.dtype and x.shape[-1] == k and k > 0 and k % CHUNK == 0
-            and n % 8 == 0 and weight.size < 2**31 and 0 < x.size // k <= MAX_ROWS)
+            and n % 8 == 0 and 0 < x.size // k <= MAX_ROWS)
 
 
 def takes_norm(x: mx.array, norm_weight: mx.array) -> bool:
