@@ -1,6 +1,7 @@
 # The skinny matmul copying whole 128-byte lines of each row (eight lanes a row, each piece into its reading
 # lane's slot): its float64 GPU tests, the matmul bench against cuBLAS at 32 rows, the e2e bench (cascade, flat
 # ABBA, mlx-lm) and the step profile. Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
+# The kernel as of commit 618d492 (reverted after runs 33-34).
 set -u
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
   cp .whl-b/* /tmp/w/ && cat /tmp/w/part.* > /tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*

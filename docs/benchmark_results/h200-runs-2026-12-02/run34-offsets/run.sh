@@ -1,6 +1,7 @@
 # The whole-line copies of run 33 with the copies' addresses taken once (32-bit row offsets, a liveness mask):
 # the matmul bench against cuBLAS at 32 rows first; only if gate/up beats run 25's 63.7 us, the skinny kernel's
 # float64 GPU tests and the e2e bench. Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
+# The kernel as of commit dfde676 (reverted after runs 33-34).
 set -u
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
   cp .whl-b/* /tmp/w/ && cat /tmp/w/part.* > /tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
