@@ -421,7 +421,8 @@ PARTIAL_SOURCE = r"""
       pages[p] = indices[page_begin + min(page, page_count - 1)];
     }
   };
-  // A thread's offset in a page's elements (16-bit pages), and one pass's rows on.
+  // 16-bit pages: this thread's first element in a page, and the elements
+  // from one copy pass's rows to the next's.
   const int page_offset = (pass_row * kv_heads + kv_head) * D + part * 8;
   const int pass_elements = PASS_ROWS * kv_heads * D;
   // at_ends: the chunk holds one of the row's ends, so its slots are checked;
@@ -470,8 +471,9 @@ PARTIAL_SOURCE = r"""
         const int slot = chunk * CHUNK + slot_in_chunk;
         // Invalid slots read nothing (zero-fill) from a valid slot's page.
         const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
-        const size_t at = ALIGNED ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j * PASS_ROWS % BLOCK / PASS_ROWS * pass_elements)
-                                  : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
+        const size_t at =
+            ALIGNED ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j * PASS_ROWS % BLOCK / PASS_ROWS * pass_elements)
+                    : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
         mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
         mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
       }
