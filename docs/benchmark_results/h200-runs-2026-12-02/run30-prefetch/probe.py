@@ -1,7 +1,7 @@
 """The cascade step with the o_proj weight started into the L2 cache by the head split (MLXCEL_L2_PREFETCH:
 normal or last, the bulk prefetch's eviction priority) against none: gpu_step_profile's cascade arm, the
 three in the order A B C C B A in one process, each read's tokens checked against the first read's.
-python probe.py OUT"""
+The prefetch was the code of commit 0b1884a (reverted after this run). python probe.py OUT"""
 import argparse
 import json
 import os
