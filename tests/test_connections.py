@@ -259,6 +259,15 @@ def test_the_resource_filter_is_on_the_loggers_that_flood(served):
         assert logging.getLogger(name).filters.count(RESOURCE_LOG) == 1
 
 
+def serves_health(url: str) -> bool:
+    """Whether /health answers 200. A request sent while the server still accepts the closed flood's queued
+    connections lands behind them, over the cap, and is refused (a reset): not served yet, not a failure."""
+    try:
+        return httpx.get(f"{url}/health", timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_serve_keeps_its_file_limit_and_outlasts_a_flood(mlxcel_home):
     """`serve` under a file limit of 256 (hard 3000, below the 4096 that
     mlx-lm's import used to demand) keeps it, and a burst of 400 silent
@@ -278,7 +287,7 @@ def test_serve_keeps_its_file_limit_and_outlasts_a_flood(mlxcel_home):
                 stack.enter_context(connect(address))
             time.sleep(1)
             assert serve.proc.poll() is None
-        assert wait_until(lambda: httpx.get(f"{serve.url}/health", timeout=10).status_code == 200, timeout=15)
+        assert wait_until(lambda: serves_health(serve.url), timeout=15)
         flood_lines = serve.stderr[before:]
         assert len(flood_lines) <= 6, flood_lines
         assert not any("Traceback" in line for line in flood_lines), flood_lines
