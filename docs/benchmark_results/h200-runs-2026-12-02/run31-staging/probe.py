@@ -1,7 +1,8 @@
 """The partial kernel's staging before (910c925: slot checks in every chunk, 64-bit products a copy) and after
 (main), and main with each score tile's k-steps summed in two chains (variant.py), side by side in one process:
 gpu_step_profile's cascade arm in the order old, new, split, split, new, old, then the flat arm old, new. Each
-read's tokens are checked against the first read of its arm. python probe.py OUT"""
+read's tokens are checked against the first read of its arm. cuda_910c925.py beside this file is
+`git show 910c925:kernels/cuda.py` (run.sh says how). python probe.py OUT"""
 import argparse
 import ast
 import dataclasses

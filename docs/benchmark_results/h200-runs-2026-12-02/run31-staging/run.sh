@@ -1,7 +1,9 @@
 # The partial kernel's staging before and after f860209, and main with split score chains, side by side in one
 # process (probe.py); ncu's warp-state and stall-sampling sections over a fused cascade step at 8192 x 32 (level 0
-# and the private level); the level-0 launch sweep at that cell. Device call: carry .whl-b .whl-lm after a call
-# that copied .whl-a into /tmp/w.
+# and the private level); the level-0 launch sweep at that cell. First, here (the device has no git):
+#   git show 910c925:kernels/cuda.py > docs/benchmark_results/h200-runs-2026-12-02/run31-staging/cuda_910c925.py
+# (the probe's "old" source; not kept in the tree). Device call: carry .whl-b .whl-lm after a call that copied
+# .whl-a into /tmp/w.
 set -u
 RUN=docs/benchmark_results/h200-runs-2026-12-02/run31-staging
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
