@@ -471,9 +471,9 @@ PARTIAL_SOURCE = r"""
         const int slot = chunk * CHUNK + slot_in_chunk;
         // Invalid slots read nothing (zero-fill) from a valid slot's page.
         const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
-        const size_t at =
-            ALIGNED ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j * PASS_ROWS % BLOCK / PASS_ROWS * pass_elements)
-                    : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
+        const size_t at = ALIGNED
+            ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j % (BLOCK / PASS_ROWS) * pass_elements)
+            : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
         mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
         mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
       }

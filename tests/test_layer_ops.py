@@ -121,7 +121,6 @@ def test_split_heads_matches_float64(dtype, family, traditional, d):
     assert_close(k, as64(ck), tolerance)
 
 
-
 @pytest.mark.parametrize("family", ["qwen3", "llama3"])
 @pytest.mark.parametrize("traditional", [False, True])
 def test_one_rope_over_q_and_k_gives_mlx_lms_two_bit_for_bit(family, traditional):
@@ -141,6 +140,7 @@ def test_one_rope_over_q_and_k_gives_mlx_lms_two_bit_for_bit(family, traditional
         want = heads.rope(part.transpose(0, 2, 1, 3), offset=positions)[:, :, 0]
         assert not mx.array_equal(want, part[:, 0])       # rotated: positions are not all 0
         np.testing.assert_array_equal(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)))
+
 
 def test_rope_frequencies_decline_what_the_kernel_cannot_spell():
     from mlx_lm.models.rope_utils import SuScaledRoPE
