@@ -67,6 +67,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from .cuda_warpgroup import (WARPGROUP_HEADER, WARPGROUP_PARTIAL_CALL, WARPGROUP_PARTIAL_SIGNATURE,
+                             WARPGROUP_PARTIAL_SOURCE)
 from .fused import MAX_DEPTH, FusedKernels, Platform  # noqa: F401  (MAX_DEPTH: the backend API)
 
 HEADER = r"""
@@ -82,6 +84,7 @@ __device__ __forceinline__ float infinity() {
 template <typename T> struct Mma;
 
 template <> struct Mma<__nv_bfloat16> {
+  static constexpr bool BF16 = true;
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -96,6 +99,7 @@ template <> struct Mma<__nv_bfloat16> {
 };
 
 template <> struct Mma<__half> {
+  static constexpr bool BF16 = false;
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -910,10 +914,11 @@ CASCADE_MERGE_SIGNATURE = (
     " const float* o1, const S& o1_shape, const float* lse1, const float* o2, const S& o2_shape,"
     " const float* lse2, const float* o3, const S& o3_shape, const float* lse3, const int32_t* level_map,"
     " TO* out)")
-LIBRARY = HEADER + "".join(
+LIBRARY = HEADER + WARPGROUP_HEADER + "".join(
     f"namespace mlxcel {{\n{signature} {{\n{body}}}\n}}  // namespace mlxcel\n"
     for signature, body in ((PARTIAL_SIGNATURE, PARTIAL_SOURCE), (MERGE_SIGNATURE, MERGE_SOURCE),
-                            (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE)))
+                            (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE),
+                            (WARPGROUP_PARTIAL_SIGNATURE, WARPGROUP_PARTIAL_SOURCE)))
 
 PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, k_pool, "
                 "k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, "
@@ -974,8 +979,15 @@ def make_kernel(name: str, inputs: list, outputs: list, source: str, header: str
 # blocks per SM (<= 168 registers a lane allow three as well; the uncapped
 # level-0 layout with 4 head-splitting warps, run only by sweeps, takes 176: two
 # such blocks per SM, see tests/test_fused_sources.py).
+@functools.cache
+def hopper() -> bool:
+    """Whether the device runs warpgroup MMA (compute capability 9.x; MLX compiles for sm_90a there)."""
+    return mx.device_info().get("compute_capability_major") == 9
+
+
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
-                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL))
+                                warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL,
+                                warpgroup_partial_source=WARPGROUP_PARTIAL_CALL, warpgroup_device=hopper))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

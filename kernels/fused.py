@@ -68,6 +68,11 @@ MERGE_THREADS = 128
 # the row's max, its sum, and its weight in the merge of the token-splitting warps.
 STATE_EXTRA_FLOATS = 3
 POISON_ENV = "MLXCEL_POISON_OUTPUTS"
+# Which kernel runs a cascade's stacked levels: "mma" (the partial kernel) or
+# "warpgroup" (the platform's warpgroup-MMA kernel); unset: warpgroup where the
+# platform and device have it.
+LEVEL0_KERNEL_ENV = "MLXCEL_LEVEL0_KERNEL"
+WARPGROUP_ROWS = 64       # stacked heads a warpgroup kernel's block owns
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 # Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
@@ -203,6 +208,15 @@ class Platform:
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
     quantized_partial_source: str = ""   # the partial kernel's source for quantized pools
+    # The stacked levels' kernel on warpgroup MMA (16-bit pages), and whether this device runs it.
+    warpgroup_partial_source: str = ""
+    warpgroup_device: Callable[[], bool] = lambda: False
+
+    def warpgroup_staging_bytes(self, head_dim: int, stages: int | None = None) -> int:
+        """Shared memory of a warpgroup block: its 64 rows of Q and the ring's
+        K and V chunks, unpadded (the layouts' swizzle spreads the banks), and
+        the slack that starts them on a 1024-byte boundary (the swizzle's period)."""
+        return (WARPGROUP_ROWS + 2 * (stages or self.stages) * self.chunk_tokens) * head_dim * 2 + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
                       stages: int | None = None) -> int:
@@ -288,13 +302,15 @@ class FusedKernels:
             source, inputs, outputs = {
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
                 "quantized_partial": (p.quantized_partial_source, QUANTIZED_PARTIAL_INPUTS, STATE_OUTPUTS),
+                "warpgroup_partial": (p.warpgroup_partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
                 "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
                 "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
             }[kind]
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = p.staging_bytes(head_dim, warps, quant, stages) if kind.endswith("partial") else 0
+            shared = (p.warpgroup_staging_bytes(head_dim, stages) if kind == "warpgroup_partial"
+                      else p.staging_bytes(head_dim, warps, quant, stages) if kind.endswith("partial") else 0)
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
                                    compact_source(p.header), shared)
             self._kernels[key] = kernel
@@ -306,11 +322,12 @@ class FusedKernels:
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place. ``stages``: the staging ring's chunks (default:
-        the platform's; sweeps)."""
+        the platform's; sweeps). A warpgroup layout launches the platform's
+        warpgroup-MMA kernel (cascade_levels says where)."""
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
         stages = stages or p.stages
-        kind = "quantized_partial" if quant else "partial"
+        kind = "warpgroup_partial" if layout.warpgroup else "quantized_partial" if quant else "partial"
         return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
             # The page size is a template constant: page lookups become shifts.
             template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
@@ -410,23 +427,43 @@ class FusedKernels:
     def takes(self, shape: AttentionShape) -> bool:
         return unsupported(shape) is None
 
+    def takes_warpgroup(self, shape: AttentionShape, level0_warps_m: int | None = None,
+                        level0_warps: int | None = None) -> bool:
+        """Whether a cascade's stacked levels run on the warpgroup kernel:
+        16-bit pages of a head dim of 64 or 128 on a device that has it, the
+        platform's blocks and chunks, no sweep of the partial kernel's layout,
+        and ``LEVEL0_KERNEL_ENV`` not asking for the partial kernel."""
+        p = self.platform
+        choice = os.environ.get(LEVEL0_KERNEL_ENV, "").strip().lower()
+        if choice not in ("", "mma", "warpgroup"):
+            raise ValueError(f"{LEVEL0_KERNEL_ENV}={choice!r}: expected mma or warpgroup")
+        return (choice != "mma" and bool(p.warpgroup_partial_source) and shape.kv_quant is None
+                and shape.head_dim in (64, 128) and p.chunk_tokens == 64 and p.warps == 4
+                and level0_warps_m is None and level0_warps in (None, p.warps) and p.warpgroup_device())
+
     def cascade_levels(self, q_heads: int, kv_heads: int, private: PagedCsrView, levels,
                        level0_pages: int | None = None, level0_warps_m: int | None = None,
-                       level0_warps: int | None = None,
-                       quant: KVQuant | None = None) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
-                                                              tuple[HeadLayout, TilePlan]]:
+                       level0_warps: int | None = None, quant: KVQuant | None = None,
+                       warpgroup: bool = False) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
+                                                         tuple[HeadLayout, TilePlan]]:
         """(head layout, tiles) of each depth (every member's heads stacked,
         ``levels`` as prepare_cascade takes them) and of the private level.
         ``level0_pages`` fixes the stacked levels' tile width,
         ``level0_warps_m`` caps their head-splitting warps (default: the
         pages' format's cap, ``quant``) and ``level0_warps`` sets their
-        blocks' warps (benchmark sweeps)."""
+        blocks' warps (benchmark sweeps). ``warpgroup``: the stacked levels
+        of more than two warps' heads run on the warpgroup kernel (a block:
+        64 heads, a warp's 16 each; fewer heads would leave most rows empty)."""
         group = q_heads // kv_heads
         warps = level0_warps or self.platform.warps
         target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
         stacked = []
         for view, members in levels:
-            layout = head_layout(np.shape(members)[1] * group, warps, level0_warps_m or level0_max_warps_m(quant))
+            heads = np.shape(members)[1] * group
+            if warpgroup and heads > 2 * HEADS_PER_WARP:
+                layout = replace(head_layout(heads, warps, WARPGROUP_ROWS // HEADS_PER_WARP), warpgroup=True)
+            else:
+                layout = head_layout(heads, warps, level0_warps_m or level0_max_warps_m(quant))
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
         return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads))
@@ -445,9 +482,10 @@ class FusedKernels:
         if not 1 <= len(levels) <= MAX_DEPTH:
             raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
         hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
+        warpgroup = self.takes_warpgroup(shape, level0_warps_m, level0_warps)
         stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels if reuse is None else (),
                                                             level0_pages, level0_warps_m, level0_warps,
-                                                            shape.kv_quant)
+                                                            shape.kv_quant, warpgroup)
         level_map = np.zeros((rows, len(levels), 3), np.int32)
         fused_levels = []
         for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):

@@ -211,7 +211,7 @@ def test_merge_matches_reference(rng, record_property, head_dim):
 
 
 def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, group=4, outsider=True,
-                       tail_pages=3):
+                       tail_pages=3, head_dim=128):
     """``members`` rows behind ``shared_pages`` pages, with 1..tail_pages own
     pages each, and (``outsider``) one row after them sharing nothing."""
     blocks = shared_pages + (tail_pages + 1) * members + 8
@@ -221,7 +221,7 @@ def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, gr
     if outsider:
         tables.append([next(ids) for _ in range(5)])
     tokens = [(len(t) - 1) * block_size + int(rng.integers(1, block_size + 1)) for t in tables]
-    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=128,
+    return make_case(rng, tables, tokens, block_size=block_size, kv_heads=8, group=group, head_dim=head_dim,
                      dtype=dtype, q_dtype=query_dtype(dtype), num_blocks=blocks)
 
 
@@ -263,6 +263,64 @@ def test_level0_staging_rings(rng, record_property, pool, stages, level0_pages):
     error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
     record_property("relative_error_o", error)
     assert error <= REL_TOL[pool]
+
+
+@pytest.mark.skipif(not cuda.hopper(), reason="warpgroup MMA needs compute capability 9.x")
+@pytest.mark.parametrize("members, group, head_dim, block_size, level0_pages, stages", [
+    (9, 4, 128, 32, None, 2),    # 36 stacked heads: one head group, its rows 36..63 empty
+    (16, 4, 128, 32, 13, 2),     # 64, one full group; 13-page tiles: a last chunk half past the tile's end
+    (32, 4, 128, 16, None, 3),   # 128 (the e2e cell's: two groups), 16-token pages, a ring of three chunks
+    (25, 4, 64, 24, 13, 2),      # 100 at D=64, 24-token pages (a copy pass straddles two)
+    (64, 4, 128, 32, None, 4),   # 256: four groups, a ring of four
+    (3, 16, 128, 32, None, 2),   # 48: three members of 16 heads each
+])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, members, group, head_dim, block_size,
+                                 level0_pages, stages):
+    # The stacked level on the warpgroup kernel (asserted: its launch), and
+    # the same step with the partial kernel's, both against float64.
+    case = shared_prefix_case(rng, dtype, members=members, group=group, shared_pages=1664 // block_size,
+                              block_size=block_size, head_dim=head_dim)
+    layout = attention.cascade_layout(case.csr, plan_cascade(case.csr, ON))
+    private, levels = layout.private_view(case.csr), layout.kernel_levels
+    shape = AttentionShape.of(case.q, case.k_pool, case.scale)
+    want = reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale)
+    for kernel in ("warpgroup", "mma"):
+        monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, kernel)
+        step = cuda.KERNELS.prepare_cascade(shape, case.q.shape[0], private, levels, level0_pages=level0_pages,
+                                            level0_stages=stages)
+        warpgroup = cuda.KERNELS._kernel("warpgroup_partial", head_dim, 4, None, stages)
+        assert (step.levels[0].launch.kernel is warpgroup) == (kernel == "warpgroup")
+        o = np.array(step(case.q, case.k_pool, case.v_pool, private.last_page_len).astype(mx.float32))
+        assert not np.isnan(o).any(), "an output element was never written"
+        error = relative_error(o, want)
+        record_property(f"relative_error_o_{kernel}", error)
+        assert error <= REL_TOL[dtype], kernel
+
+
+@pytest.mark.skipif(not cuda.hopper(), reason="warpgroup MMA needs compute capability 9.x")
+@pytest.mark.parametrize("forest", [*FORESTS, "four deep"])
+def test_forest_cascade_on_warpgroup_mma(rng, record_property, monkeypatch, forest):
+    # 16 heads a row: a span of three members or more stacks over 32 heads, its depth's launch the
+    # warpgroup kernel's (a narrower span of that depth pads with a repeated member).
+    trees = FORESTS[forest][0] if forest in FORESTS else DEEPEST
+    case, _ = forest_batch(rng, trees, block_size=16, kv_heads=8, group=16, head_dim=128, dtype=mx.bfloat16,
+                           q_dtype=mx.bfloat16)
+    layouts = []
+    real = cuda.KERNELS.partial_launch
+    monkeypatch.setattr(cuda.KERNELS, "partial_launch",
+                        lambda shape, tiles, layout, *a, **k: layouts.append(layout) or real(shape, tiles, layout, *a, **k))
+    metrics = OutcomeRecorder()
+    o = paged_decode_attention(case.q, case.k_pool, case.v_pool, case.csr, scale=case.scale, config=ON,
+                               metrics=metrics)
+    assert metrics.last_outcome.kind == "cascade"
+    assert all(layout.warpgroup == (layout.heads > 32) for layout in layouts)
+    assert any(layout.warpgroup for layout in layouts)
+    o = np.array(o.astype(mx.float32))
+    assert not np.isnan(o).any(), "an output element was never written"
+    error = relative_error(o, reference_decode(case.q, case.k_pool, case.v_pool, case.host, case.scale))
+    record_property("relative_error_o", error)
+    assert error <= REL_TOL[mx.bfloat16]
 
 
 @pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -20,7 +21,8 @@ from mlxcel import kernels
 from mlxcel.engine import attention
 from mlxcel.engine.cascade import plan_cascade
 from mlxcel.engine.config import CascadeConfig
-from mlxcel.kernels import AttentionShape, cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels import AttentionShape, PagedCsrView, cuda, fused, metal, portable, tile_plan
+from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.kv_quant import INT4, INT8, QuantizedPages
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_merge, softmax_state
 from paged_cases import FORESTS, forest_batch, mixed_batch, rng  # noqa: F401  (rng is a fixture)
@@ -97,6 +99,64 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
     registers = partial_registers(tmp_path, pool, head_dim, warps_m, stacked, block_size, q_dtype)
     assert 3 * block_registers(registers) <= 65536
     assert cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8 if pool == "int8" else INT4) <= 227 * 1024 // 3
+
+
+def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str) -> str:
+    p = cuda.KERNELS.platform
+    return translation_unit(
+        "warpgroup_partial", cuda.LIBRARY, cuda.WARPGROUP_PARTIAL_CALL,
+        [(name, {"q": q_dtype, "k_pool": pool, "v_pool": pool}.get(name, "int32")) for name in fused.PARTIAL_INPUTS],
+        [("out", "float32"), ("out_lse", "float32")],
+        [("T", pool), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", 4), ("STACKED", True),
+         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("pool, head_dim, q_dtype", [("bfloat16", 128, "bfloat16"), ("bfloat16", 128, "float32"),
+                                                     ("float16", 64, "float16")])
+def test_warpgroup_kernel_fits_two_blocks_per_sm(tmp_path, pool, head_dim, q_dtype):
+    # Two of its blocks (the 256-block grid's share of an SM) by registers
+    # and by shared memory (Q and the double-buffered ring), without spills.
+    registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, 2, q_dtype), tmp_path, "sm_90a"))
+    assert spills == 0
+    assert 2 * block_registers(registers) <= 65536
+    assert 2 * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim) <= 227 * 1024
+
+
+@needs_nvcc
+def test_the_library_compiles_for_devices_without_warpgroup_mma(tmp_path):
+    # The library holds the wgmma wrappers as templates that only the
+    # warpgroup kernel instantiates: the partial kernel builds for sm_80.
+    registers, spills = resources(compile_unit(partial_unit("bfloat16", 128, 2, True), tmp_path, "sm_80"))
+    assert registers > 0 and spills == 0
+
+
+def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch):
+    platform = replace(cuda.KERNELS.platform, warpgroup_device=lambda: True)
+    kernels = fused.FusedKernels(platform)
+    monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV, raising=False)
+    bf16 = AttentionShape(32, 8, 128, mx.bfloat16, mx.bfloat16, 32, 0.1)
+    assert kernels.takes_warpgroup(bf16) and kernels.takes_warpgroup(replace(bf16, head_dim=64))
+    assert not kernels.takes_warpgroup(replace(bf16, head_dim=96))
+    assert not kernels.takes_warpgroup(replace(bf16, pool_dtype=mx.int8))   # int8 pages
+    assert not kernels.takes_warpgroup(bf16, level0_warps_m=2)            # a sweep of the partial kernel's layout
+    assert not fused.FusedKernels(cuda.KERNELS.platform).takes_warpgroup(bf16) or cuda.hopper()
+    monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "mma")
+    assert not kernels.takes_warpgroup(bf16)
+    monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "tensor")
+    with pytest.raises(ValueError, match="expected mma or warpgroup"):
+        kernels.takes_warpgroup(bf16)
+    # 32 rows of 4 heads a KV head behind one span: 128 stacked heads, two
+    # 64-head blocks a tile; a span of 8 members (32 heads) keeps the partial kernel.
+    private = PagedCsrView.from_host(host_csr([[1, 2]], [20], 16))
+    span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
+    for members, warpgroup in ((32, True), (8, False)):
+        (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
+                                              warpgroup=True)[0]
+        assert layout.warpgroup == warpgroup and layout.heads == members * 4
+        if warpgroup:
+            assert (layout.warps_m, layout.groups) == (4, 2)
 
 
 @needs_nvcc
