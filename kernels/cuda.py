@@ -319,6 +319,59 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, f
   }
 }
 
+// One (row, query head)'s cascade output as fold_states leaves it: the
+// private states (private_states of them, private_lse(i) / private_row(i)
+// their lse's and rows' addresses) and, at each depth where the row is a
+// member of a span, every tile's state of that span at the member's stacked
+// head kv * (M * G) + m * G + g, M the level's stacked width, G the model's
+// query heads a KV head (level_map: the
+// first tile, the tiles, the member's slot; no tiles for a row in no span).
+// MEMBER_IS_ROW: one span, every row a member, member m being row m, so no
+// lookup comes before the states' loads (member_tiles: that span's tiles).
+template <int VEC, int DEPTHS, bool MEMBER_IS_ROW, typename PrivateLse, typename PrivateRow>
+__device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int G, int private_states,
+                                             PrivateLse private_lse, PrivateRow private_row,
+                                             const float* const (&level_o)[4], const float* const (&level_lse)[4],
+                                             const int (&level_heads)[4], int member_tiles, const int32_t* level_map,
+                                             int lane, float& top, float& total, float (&value)[VEC]) {
+  int first[DEPTHS], count[DEPTHS], head_at[DEPTHS];
+  int states = private_states;
+  #pragma unroll
+  for (int d = 0; d < DEPTHS; ++d) {
+    const int32_t* entry = level_map + (size_t(row) * DEPTHS + d) * 3;
+    first[d] = MEMBER_IS_ROW ? 0 : entry[0];
+    count[d] = MEMBER_IS_ROW ? member_tiles : entry[1];
+    const int slot = MEMBER_IS_ROW ? row : entry[2];
+    head_at[d] = (head / G) * (level_heads[d] / q_heads * G) + slot * G + head % G;
+    states += count[d];
+  }
+  // A state's address by selection, not by branch: every candidate is
+  // computed, so fold_states can have a batch's loads in flight at once.
+  auto lse_of = [&](int i) -> const float* {
+    const float* at = private_lse(i);
+    int j = i - private_states;
+    #pragma unroll
+    for (int d = 0; d < DEPTHS; ++d) {
+      const float* level = level_lse[d] + size_t(first[d] + j) * level_heads[d] + head_at[d];
+      at = j >= 0 && j < count[d] ? level : at;
+      j -= count[d];
+    }
+    return at;
+  };
+  auto row_of = [&](int i) -> const float* {
+    const float* at = private_row(i);
+    int j = i - private_states;
+    #pragma unroll
+    for (int d = 0; d < DEPTHS; ++d) {
+      const float* level = level_o[d] + (size_t(first[d] + j) * level_heads[d] + head_at[d]) * (VEC * 32);
+      at = j >= 0 && j < count[d] ? level : at;
+      j -= count[d];
+    }
+    return at + lane * VEC;
+  };
+  fold_states(states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
+}
+
 }  // namespace mlxcel
 """
 
@@ -785,8 +838,11 @@ PARTIAL_SOURCE = r"""
     #pragma unroll
     for (int j = 0; j < SPLIT; ++j) split_scale[(j * WM + wm) * 16 + r] = weight[j] * inverse;
     const int head = (group * WM + wm) * 16 + r;
-    if (head < heads) {
-      out_lse[size_t(tile) * out_heads + kv_head * heads + head] = total > 0.f ? top + log2f(total) : neg_inf;
+    const float lse = total > 0.f ? top + log2f(total) : neg_inf;
+    if constexpr (MERGE_DEPTHS > 0) {
+      warp_max[i] = lse;                           // the first split warp's slot, read above by this thread alone
+    } else if (head < heads) {
+      out_lse[size_t(tile) * out_heads + kv_head * heads + head] = lse;
     }
   }
   __syncthreads();
@@ -803,8 +859,33 @@ PARTIAL_SOURCE = r"""
       const float4 x = reinterpret_cast<const float4*>(warp_acc + w * D)[quad];
       value.x += scale_j * x.x; value.y += scale_j * x.y; value.z += scale_j * x.z; value.w += scale_j * x.w;
     }
-    const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
-    reinterpret_cast<float4*>(out + out_row * D)[quad] = value;
+    if constexpr (MERGE_DEPTHS > 0) {         // into the first split warp's row (read above by this thread alone)
+      reinterpret_cast<float4*>(warp_acc + (wm * 16 + r) * D)[quad] = value;
+    } else {
+      const size_t out_row = size_t(tile) * out_heads + kv_head * heads + head;
+      reinterpret_cast<float4*>(out + out_row * D)[quad] = value;
+    }
+  }
+
+  // A cascade's private level of a tile a row, merged: each head's state,
+  // now in shared memory, folded with the levels' states of the row's head
+  // (the cascade merge's fold, a warp a head), written in the output dtype.
+  if constexpr (MERGE_DEPTHS > 0) {
+    __syncthreads();
+    constexpr int VEC = D / 32;
+    const float* level_o[4] = {o0, o1, o2, o3};
+    const float* level_lse[4] = {lse0, lse1, lse2, lse3};
+    const int level_heads[4] = {o0_shape[1], o1_shape[1], o2_shape[1], o3_shape[1]};
+    for (int h = warp; h < heads; h += WARPS) {
+      const int head = kv_head * group_size + h;
+      float top, total, value[VEC];
+      mlxcel::fold_cascade<VEC, MERGE_DEPTHS, MEMBER_IS_ROW>(
+          row, head, q_heads, group_size, 1, [&](int) { return warp_max + h; }, [&](int) { return warp_acc + h * D; },
+          level_o, level_lse, level_heads, o0_shape[0], level_map, lane, top, total, value);
+      TO* dst = merged + (size_t(row) * q_heads + head) * D + lane * VEC;
+      #pragma unroll
+      for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
+    }
   }
 """
 
@@ -845,50 +926,14 @@ CASCADE_MERGE_SOURCE = r"""
   // (PRIVATE_ONE).
   const int begin = PRIVATE_ONE ? row : indptrp[row];
   const int private_states = PRIVATE_ONE ? 1 : indptrp[row + 1] - begin;
-  // Depth d: the tiles of the row's span there (level_map: first tile, tiles,
-  // the member's slot; no tiles for a row in no span) at its stacked head
-  // kv * (M * G) + m * G + g, M the level's stacked width.
   const float* level_o[4] = {o0, o1, o2, o3};
   const float* level_lse[4] = {lse0, lse1, lse2, lse3};
   const int level_heads[4] = {o0_shape[1], o1_shape[1], o2_shape[1], o3_shape[1]};
-  int first[DEPTHS], count[DEPTHS], head_at[DEPTHS];
-  int states = private_states;
-  #pragma unroll
-  for (int d = 0; d < DEPTHS; ++d) {
-    const int* entry = level_map + (size_t(row) * DEPTHS + d) * 3;
-    first[d] = MEMBER_IS_ROW ? 0 : entry[0];
-    count[d] = MEMBER_IS_ROW ? o0_shape[0] : entry[1];
-    const int slot = MEMBER_IS_ROW ? row : entry[2];
-    head_at[d] = (head / G) * (level_heads[d] / q_heads * G) + slot * G + head % G;
-    states += count[d];
-  }
-  // A state's address by selection, not by branch: every candidate is
-  // computed, so fold_states can have a batch's loads in flight at once.
-  auto lse_of = [&](int i) -> const float* {
-    const float* at = lsep + size_t(begin + i) * q_heads + head;
-    int j = i - private_states;
-    #pragma unroll
-    for (int d = 0; d < DEPTHS; ++d) {
-      const float* level = level_lse[d] + size_t(first[d] + j) * level_heads[d] + head_at[d];
-      at = j >= 0 && j < count[d] ? level : at;
-      j -= count[d];
-    }
-    return at;
-  };
-  auto row_of = [&](int i) -> const float* {
-    const float* at = op + (size_t(begin + i) * q_heads + head) * D;
-    int j = i - private_states;
-    #pragma unroll
-    for (int d = 0; d < DEPTHS; ++d) {
-      const float* level = level_o[d] + (size_t(first[d] + j) * level_heads[d] + head_at[d]) * D;
-      at = j >= 0 && j < count[d] ? level : at;
-      j -= count[d];
-    }
-    return at + lane * VEC;
-  };
-
   float top, total, value[VEC];
-  mlxcel::fold_states(states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
+  mlxcel::fold_cascade<VEC, DEPTHS, MEMBER_IS_ROW>(
+      row, head, q_heads, G, private_states, [&](int i) { return lsep + size_t(begin + i) * q_heads + head; },
+      [&](int i) { return op + (size_t(begin + i) * q_heads + head) * D; }, level_o, level_lse, level_heads,
+      o0_shape[0], level_map, lane, top, total, value);
   TO* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = static_cast<TO>(total > 0.f ? value[k] / total : 0.f);
@@ -897,12 +942,18 @@ CASCADE_MERGE_SOURCE = r"""
 
 # The kernels as device functions around the bodies above (verbatim): a
 # launch passes MLX's parameters through, shapes included, by the same names.
+# MERGE_DEPTHS > 0: a cascade's private level of one tile a row, its output
+# folded with the levels' states o0..o3 (the cascade merge's inputs) into merged.
 PARTIAL_SIGNATURE = (
     "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,"
-    " int SCALE_BITS, typename S>\n__device__ __forceinline__ void partial(const TQ* q, const S& q_shape,"
+    " int SCALE_BITS, int MERGE_DEPTHS, bool MEMBER_IS_ROW, typename TO, typename S>\n__device__ __forceinline__"
+    " void partial(const TQ* q, const S& q_shape,"
     " const T* k_pool, const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales,"
     " const __half* k_zeros, const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
-    " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
+    " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse,"
+    " const float* o0, const S& o0_shape, const float* lse0, const float* o1, const S& o1_shape, const float* lse1,"
+    " const float* o2, const S& o2_shape, const float* lse2, const float* o3, const S& o3_shape, const float* lse3,"
+    " const int32_t* level_map, TO* merged)")
 MERGE_SIGNATURE = (
     "template <typename TV, typename TL, int D, typename S>\n__device__ __forceinline__ void merge(const TV* v_in,"
     " const S& v_in_shape, const TL* lse_in, const int32_t* indptr, const S& indptr_shape, float* out,"
@@ -914,19 +965,43 @@ CASCADE_MERGE_SIGNATURE = (
     " const float* o1, const S& o1_shape, const float* lse1, const float* o2, const S& o2_shape,"
     " const float* lse2, const float* o3, const S& o3_shape, const float* lse3, const int32_t* level_map,"
     " TO* out)")
+# The partial kernel writing states (no merge), as the launches call it.
+PARTIAL_STATES = r"""namespace mlxcel {
+template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,
+          int SCALE_BITS, typename S>
+__device__ __forceinline__ void partial_states(const TQ* q, const S& q_shape, const T* k_pool, const S& k_pool_shape,
+    const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros, const __half* v_zeros,
+    const int32_t* indices, const int32_t* last_page_len, const int32_t* tiles, const int32_t* members,
+    const S& members_shape, float* out, float* out_lse) {
+  partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS, 0, false, float>(
+      q, q_shape, k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, tiles,
+      members, members_shape, out, out_lse, nullptr, q_shape, nullptr, nullptr, q_shape, nullptr, nullptr, q_shape,
+      nullptr, nullptr, q_shape, nullptr, nullptr, static_cast<float*>(nullptr));
+}
+}  // namespace mlxcel
+"""
 LIBRARY = HEADER + WARPGROUP_HEADER + "".join(
     f"namespace mlxcel {{\n{signature} {{\n{body}}}\n}}  // namespace mlxcel\n"
     for signature, body in ((PARTIAL_SIGNATURE, PARTIAL_SOURCE), (MERGE_SIGNATURE, MERGE_SOURCE),
                             (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE),
-                            (WARPGROUP_PARTIAL_SIGNATURE, WARPGROUP_PARTIAL_SOURCE)))
+                            (WARPGROUP_PARTIAL_SIGNATURE, WARPGROUP_PARTIAL_SOURCE))) + PARTIAL_STATES
 
-PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, k_pool, "
-                "k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, "
-                "members_shape, out, out_lse);")
+PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
+                "k_pool, k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, "
+                "members, members_shape, out, out_lse);")
 # Quantized pages: the codes as k_pool / v_pool, their scales and zeros (int8: a placeholder) beside them.
-QUANTIZED_PARTIAL_CALL = ("mlxcel::partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
-                          "k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, "
-                          "tiles, members, members_shape, out, out_lse);")
+QUANTIZED_PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
+                          "q_shape, k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, "
+                          "last_page_len, tiles, members, members_shape, out, out_lse);")
+MERGED = "o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, o3_shape, lse3, level_map, out"
+MERGED_TEMPLATE = "T, TQ, D, BLOCK, WM, false, WARPS, CHUNK, STAGES, SCALE_BITS, DEPTHS, MEMBER_IS_ROW, TO"
+# A cascade's private level with its merge (MERGE_DEPTHS levels), float and quantized pages.
+MERGED_PARTIAL_CALL = (f"mlxcel::partial<{MERGED_TEMPLATE}>(q, q_shape, k_pool, k_pool_shape, v_pool, nullptr, "
+                       "nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, members_shape, nullptr, "
+                       f"nullptr, {MERGED});")
+MERGED_QUANTIZED_PARTIAL_CALL = (f"mlxcel::partial<{MERGED_TEMPLATE}>(q, q_shape, k_pool, k_pool_shape, v_pool, "
+                                 "k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, tiles, members, "
+                                 f"members_shape, nullptr, nullptr, {MERGED});")
 MERGE_CALL = "mlxcel::merge<TV, TL, D>(v_in, v_in_shape, lse_in, indptr, indptr_shape, out, out_lse);"
 CASCADE_MERGE_CALL = ("mlxcel::cascade_merge<TO, D, G, DEPTHS, MEMBER_IS_ROW, PRIVATE_ONE>(op, op_shape, lsep, "
                       "indptrp, indptrp_shape, o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, "
@@ -987,6 +1062,8 @@ def hopper() -> bool:
 
 KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCADE_MERGE_CALL, make_kernel,
                                 warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL,
+                                merged_partial_source=MERGED_PARTIAL_CALL,
+                                merged_quantized_partial_source=MERGED_QUANTIZED_PARTIAL_CALL,
                                 warpgroup_partial_source=WARPGROUP_PARTIAL_CALL, warpgroup_device=hopper))
 
 

@@ -81,8 +81,8 @@ QUANTIZED_PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "k_scales", "v_scales", "k_
 MERGE_INPUTS = ["v_in", "lse_in", "indptr"]
 # The cascade merge takes the private states and up to MAX_DEPTH levels' (unused ones: a placeholder).
 MAX_DEPTH = 4
-CASCADE_MERGE_INPUTS = ["op", "lsep", "indptrp", *(f"{name}{d}" for d in range(MAX_DEPTH) for name in ("o", "lse")),
-                        "level_map"]
+LEVEL_STATE_INPUTS = [*(f"{name}{d}" for d in range(MAX_DEPTH) for name in ("o", "lse")), "level_map"]
+CASCADE_MERGE_INPUTS = ["op", "lsep", "indptrp", *LEVEL_STATE_INPUTS]
 STATE_OUTPUTS = ["out", "out_lse"]
 
 # (name, input names, output names, source, header, dynamic shared bytes) -> kernel
@@ -143,8 +143,9 @@ LEVEL_ARRAYS = 4
 @dataclass(frozen=True)
 class FusedCascade:
     """A cascade decode step's launches over one layout, planned (one per
-    depth, the private level, the merge): called with each step's (q, k_pool,
-    v_pool, last_page_len), returns o in q's dtype.
+    depth, the private level, the merge; or the private level merging, where
+    the platform's kernel does and a row's private pages are one tile): called
+    with each step's (q, k_pool, v_pool, last_page_len), returns o in q's dtype.
 
     A trace of it (``mx.compile``, a whole decoder layer in the engine) takes
     its ``arrays()`` as inputs and calls ``rebind(arrays)``: the trace then
@@ -154,7 +155,7 @@ class FusedCascade:
     kernels: "FusedKernels"
     levels: tuple[FusedLevel, ...]
     private: Launch
-    merge: Launch
+    merge: Launch | None        # None: the private launch merges
     private_indices: mx.array
     geometry_private: mx.array
     indptr_private: mx.array
@@ -166,9 +167,12 @@ class FusedCascade:
         for level in self.levels:
             states += k.run_partial(level.launch, q, k_pool, v_pool, level.view.indices, level.view.last_page_len,
                                     level.geometry, level.members)
+        states += [k.no_level] * (2 * (MAX_DEPTH - len(self.levels)))
+        if self.merge is None:
+            return k.run_partial(self.private, q, k_pool, v_pool, self.private_indices, last_page_len,
+                                 self.geometry_private, levels=[*states, self.level_map])[0]
         op, lsep = k.run_partial(self.private, q, k_pool, v_pool, self.private_indices, last_page_len,
                                  self.geometry_private)
-        states += [k.no_level] * (2 * (MAX_DEPTH - len(self.levels)))
         return self.merge([op, lsep, self.indptr_private, *states, self.level_map], k.poison)[0]
 
     def arrays(self) -> tuple[mx.array, ...]:
@@ -191,7 +195,7 @@ class FusedCascade:
     @cached_property
     def signature(self) -> tuple:
         """What a trace bakes in besides the arrays' shapes: each launch's kernel and options, the poison."""
-        launches = (*(level.launch for level in self.levels), self.private, self.merge)
+        launches = (*(level.launch for level in self.levels), self.private, *([self.merge] if self.merge else []))
         return (tuple((id(launch.kernel), repr(launch.options)) for launch in launches), repr(self.kernels.poison))
 
 
@@ -208,6 +212,9 @@ class Platform:
     stages: int           # staging buffers (2: the next chunk loads while this one is used)
 
     quantized_partial_source: str = ""   # the partial kernel's source for quantized pools
+    # A cascade's private level merging the levels' states (float, quantized pools); "": a merge launch.
+    merged_partial_source: str = ""
+    merged_quantized_partial_source: str = ""
     # The stacked levels' kernel on warpgroup MMA (16-bit pages), and whether this device runs it.
     warpgroup_partial_source: str = ""
     warpgroup_device: Callable[[], bool] = lambda: False
@@ -303,6 +310,9 @@ class FusedKernels:
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
                 "quantized_partial": (p.quantized_partial_source, QUANTIZED_PARTIAL_INPUTS, STATE_OUTPUTS),
                 "warpgroup_partial": (p.warpgroup_partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
+                "merged_partial": (p.merged_partial_source, PARTIAL_INPUTS + LEVEL_STATE_INPUTS, ["out"]),
+                "merged_quantized_partial": (p.merged_quantized_partial_source,
+                                             QUANTIZED_PARTIAL_INPUTS + LEVEL_STATE_INPUTS, ["out"]),
                 "merge": (p.merge_source, MERGE_INPUTS, STATE_OUTPUTS),
                 "cascade_merge": (p.cascade_merge_source, CASCADE_MERGE_INPUTS, ["out"]),
             }[kind]
@@ -317,26 +327,34 @@ class FusedKernels:
         return kernel
 
     def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool,
-                       stages: int | None = None) -> Launch:
+                       stages: int | None = None, merge: tuple[int, bool] | None = None) -> Launch:
         """The partial kernel over ``tiles`` tiles: states o [S, Hkv * heads, D]
         float32, lse [S, Hkv * heads] log2. ``stacked`` (cascade level 0): the
         kernel stacks the member rows' heads itself, kv-head-major, reading q
         [R, Hq, D] in place. ``stages``: the staging ring's chunks (default:
         the platform's; sweeps). A warpgroup layout launches the platform's
-        warpgroup-MMA kernel (cascade_levels says where)."""
+        warpgroup-MMA kernel (cascade_levels says where). ``merge`` (levels,
+        member_is_row): a cascade's private level, a tile a row, writing the
+        step's output [R, Hq, D] in q's dtype, the levels' states folded in."""
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
         stages = stages or p.stages
         kind = "warpgroup_partial" if layout.warpgroup else "quantized_partial" if quant else "partial"
+        template = [("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
+                    ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
+                    ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))]
+        # The page size is a template constant: page lookups become shifts.
+        outputs = dict(output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
+                       output_dtypes=[mx.float32, mx.float32])
+        if merge is not None:
+            kind = f"merged_{kind}"
+            template += [("DEPTHS", merge[0]), ("MEMBER_IS_ROW", merge[1]), ("TO", shape.q_dtype)]
+            outputs = dict(output_shapes=[(tiles, shape.q_heads, d)], output_dtypes=[shape.q_dtype])
         return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
-            # The page size is a template constant: page lookups become shifts.
-            template=[("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
-                      ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
-                      ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))],
+            template=template,
             grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
             threadgroup=(layout.warps * 32, 1, 1),
-            output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
-            output_dtypes=[mx.float32, mx.float32],
+            **outputs,
         ))
 
     def partial_tiles(self, q: mx.array, k_pool: Pages, v_pool: Pages, csr: PagedCsrView,
@@ -349,10 +367,11 @@ class FusedKernels:
         return self.run_partial(launch, q, k_pool, v_pool, csr.indices, csr.last_page_len, geometry, members)
 
     def run_partial(self, launch: Launch, q: mx.array, k_pool: Pages, v_pool: Pages, indices: mx.array,
-                    last_page_len: mx.array, geometry: mx.array,
-                    members: mx.array | None = None) -> tuple[mx.array, mx.array]:
+                    last_page_len: mx.array, geometry: mx.array, members: mx.array | None = None,
+                    levels: list | None = None) -> list[mx.array]:
         """A partial launch's inputs, in PARTIAL_INPUTS order (quantized
-        pools: QUANTIZED_PARTIAL_INPUTS, the codes, then scales and zeros)."""
+        pools: QUANTIZED_PARTIAL_INPUTS, the codes, then scales and zeros);
+        a merging one's LEVEL_STATE_INPUTS (``levels``) after them."""
         if isinstance(k_pool, QuantizedPages):
             pools = [k_pool.codes, v_pool.codes, k_pool.scales, v_pool.scales,
                      self._no_zeros if k_pool.zeros is None else k_pool.zeros,
@@ -360,7 +379,7 @@ class FusedKernels:
         else:
             pools = [k_pool, v_pool]
         return launch([q, *pools, indices, last_page_len, geometry,
-                       self._no_members if members is None else members], self.poison)
+                       self._no_members if members is None else members, *(levels or [])], self.poison)
 
     @cached_property
     def _no_zeros(self) -> mx.array:
@@ -499,21 +518,27 @@ class FusedKernels:
             fused_levels.append(FusedLevel(launch, view,
                                            plan.geometry, mx.array(table)))
         first_level = np.asarray(levels[0][1])
-        member_is_row = len(levels) == 1 and first_level.shape == (1, rows) and (first_level[0] == np.arange(rows)).all()
-        lanes = rows * hq * 32
-        merge = Launch(self._kernel("cascade_merge", d), dict(
-            template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv), ("DEPTHS", len(levels)),
-                      ("MEMBER_IS_ROW", bool(member_is_row)), ("PRIVATE_ONE", plan_private.one_per_row)],
-            grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
-            threadgroup=(MERGE_THREADS, 1, 1),
-            output_shapes=[(rows, hq, d)],
-            output_dtypes=[shape.q_dtype],
-        ))
+        member_is_row = bool(len(levels) == 1 and first_level.shape == (1, rows)
+                             and (first_level[0] == np.arange(rows)).all())
+        # The private level merges where its kernel does: a tile a row, one head group.
+        merging = bool(self.platform.merged_partial_source) and plan_private.one_per_row and flat.groups == 1
+        merge = None
+        if not merging:
+            lanes = rows * hq * 32
+            merge = Launch(self._kernel("cascade_merge", d), dict(
+                template=[("TO", shape.q_dtype), ("D", d), ("G", hq // hkv), ("DEPTHS", len(levels)),
+                          ("MEMBER_IS_ROW", member_is_row), ("PRIVATE_ONE", plan_private.one_per_row)],
+                grid=(-(-lanes // MERGE_THREADS) * MERGE_THREADS, 1, 1),
+                threadgroup=(MERGE_THREADS, 1, 1),
+                output_shapes=[(rows, hq, d)],
+                output_dtypes=[shape.q_dtype],
+            ))
+        private_launch = self.partial_launch(shape, plan_private.num_tiles, flat, stacked=False,
+                                             merge=(len(levels), member_is_row) if merging else None)
         return FusedCascade(
             kernels=self, levels=tuple(fused_levels) if reuse is None else reuse.levels,
-            private=self.partial_launch(shape, plan_private.num_tiles, flat, stacked=False),
-            merge=merge, private_indices=private.indices, geometry_private=plan_private.geometry,
-            indptr_private=plan_private.row_indptr_device,
+            private=private_launch, merge=merge, private_indices=private.indices,
+            geometry_private=plan_private.geometry, indptr_private=plan_private.row_indptr_device,
             level_map=mx.array(level_map) if reuse is None else reuse.level_map)
 
     def cascade_decode(self, q: mx.array, k_pool: Pages, v_pool: Pages, private: PagedCsrView, levels,

@@ -231,7 +231,7 @@ def shared_prefix_case(rng, dtype, members=8, shared_pages=24, block_size=32, gr
 def test_cascade_decode_in_three_launches(rng, record_property, dtype, members, group):
     # Level 0 reads the members' queries through the member list (up to 512
     # stacked heads per KV head: eight head groups), level 1 the private
-    # pages, one kernel folds both into the output dtype.
+    # pages and folds both into the output dtype (a tile a row: no merge launch).
     case = shared_prefix_case(rng, dtype, members=members, group=group)
     plan = plan_cascade(case.csr, ON)
     assert len(plan.members) == members
@@ -291,6 +291,7 @@ def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, membe
                                             level0_stages=stages)
         warpgroup = cuda.KERNELS._kernel("warpgroup_partial", head_dim, 4, None, stages)
         assert (step.levels[0].launch.kernel is warpgroup) == (kernel == "warpgroup")
+        assert step.merge is None                                      # the private level (a tile a row) merges
         o = np.array(step(case.q, case.k_pool, case.v_pool, private.last_page_len).astype(mx.float32))
         assert not np.isnan(o).any(), "an output element was never written"
         error = relative_error(o, want)
@@ -326,9 +327,10 @@ def test_forest_cascade_on_warpgroup_mma(rng, record_property, monkeypatch, fore
 @pytest.mark.parametrize("pool", [mx.bfloat16, *QUANTIZED])
 @pytest.mark.parametrize("outsider, tail_pages", [(False, 3), (True, 3), (False, 40), (True, 40)])
 def test_cascade_merge_with_and_without_lookups(rng, record_property, outsider, tail_pages, pool):
-    # The cascade merge skips its row lookups when every row is a member in
-    # order and when every row has one level-1 state (a short tail); each of
-    # the four combinations is a kernel variant of its own.
+    # The merge skips its row lookups when every row is a member in order;
+    # a short tail (one level-1 tile a row) is merged by the private level's
+    # launch, a long one by the cascade merge's: each of the four
+    # combinations is a kernel variant of its own.
     case = shared_prefix_case(rng, pool, members=8, outsider=outsider, tail_pages=tail_pages)
     plan = plan_cascade(case.csr, ON)
     layout = attention.cascade_layout(case.csr, plan)

@@ -124,6 +124,37 @@ def test_warpgroup_kernel_fits_two_blocks_per_sm(tmp_path, pool, head_dim, q_dty
     assert 2 * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim) <= 227 * 1024
 
 
+def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
+    """The private level's unit that merges ``depths`` levels (q and the output bf16)."""
+    p = cuda.KERNELS.platform
+    quantized = pool in CODE_DTYPES
+    element = CODE_DTYPES.get(pool, pool)
+    names = (fused.QUANTIZED_PARTIAL_INPUTS if quantized else fused.PARTIAL_INPUTS) + fused.LEVEL_STATE_INPUTS
+    dtypes = {"q": "bfloat16", "k_pool": element, "v_pool": element, "level_map": "int32", "indices": "int32",
+              "last_page_len": "int32", "tiles": "int32", "members": "int32"}
+    return translation_unit(
+        "merged_partial", cuda.LIBRARY, cuda.MERGED_QUANTIZED_PARTIAL_CALL if quantized else cuda.MERGED_PARTIAL_CALL,
+        [(n, dtypes.get(n, "float16" if n.endswith(("scales", "zeros")) else "float32")) for n in names],
+        [("out", "bfloat16")],
+        [("T", element), ("TQ", "bfloat16"), ("D", head_dim), ("BLOCK", 32), ("WM", 1), ("STACKED", False),
+         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", p.stages),
+         ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("DEPTHS", depths), ("MEMBER_IS_ROW", member_is_row),
+         ("TO", "bfloat16")])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("pool, head_dim, depths, member_is_row, blocks", [
+    ("bfloat16", 128, 1, True, 3), ("float16", 64, fused.MAX_DEPTH, False, 3), ("int8", 128, 2, False, 2),
+    ("int4", 128, 1, True, 2),
+])
+def test_the_merging_private_level_compiles(tmp_path, pool, head_dim, depths, member_is_row, blocks):
+    # Its fold (the cascade merge's batches of 16 states) after the loop costs
+    # registers: float pages keep three blocks an SM, quantized ones two (the
+    # private level's 256 blocks are about two an SM).
+    registers, spills = resources(compile_unit(merged_unit(pool, head_dim, depths, member_is_row), tmp_path))
+    assert spills == 0 and blocks * block_registers(registers) <= 65536
+
+
 @needs_nvcc
 def test_the_library_compiles_for_devices_without_warpgroup_mma(tmp_path):
     # The library holds the wgmma wrappers as templates that only the
@@ -246,7 +277,7 @@ def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     monkeypatch.setattr(kernels, "partial_launch", lambda *args, **kw: planned.append(1) or partial_launch(*args, **kw))
     case = mixed_batch(rng, block_size=16, group=4, head_dim=128, dtype=mx.bfloat16, q_dtype=mx.bfloat16)
     plan = plan_cascade(case.csr, CascadeConfig(enabled=True, min_shared_pages=2, min_members=2))
-    assert plan.depth == 2                                  # two stacked levels, the private one, the merge
+    assert plan.depth == 2                                  # two stacked levels, the private one merging
     layout = attention.cascade_layout(case.csr, plan)
     private = layout.private_view(case.csr)
     levels = layout.kernel_levels
@@ -255,10 +286,11 @@ def test_a_prepared_launch_passes_only_arrays(rng, monkeypatch):
     assert len(planned) == 3 and launched == []
     for _ in range(2):
         assert step(case.q, case.k_pool, case.v_pool, case.csr.last_page_len).shape == case.q.shape
-    assert len(planned) == 3 and len(launched) == 8 and launched[4:] == launched[:4]   # nothing planned again
+    assert len(planned) == 3 and len(launched) == 6 and launched[3:] == launched[:3]   # nothing planned again
+    assert launched[2]["output_shapes"] == [case.q.shape]  # the private level writes the step's output
     other = kernels.prepare_cascade(AttentionShape.of(case.q, case.k_pool, 0.2), case.csr.num_rows, private, levels)
     other(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
-    assert len(planned) == 6 and launched[8] != launched[0]                 # another scale: its own constants
+    assert len(planned) == 6 and launched[6] != launched[0]                 # another scale: its own constants
     flat = kernels.prepare_partial(case.csr, shape)
     for _ in range(2):
         flat(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
@@ -292,8 +324,11 @@ def test_quantized_pools_launch_their_codes_scales_and_zeros(rng, monkeypatch, f
     kernels.prepare_partial(case.csr, shape)(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
     partials = [(names, inputs) for names, inputs in launched if names[0] == "q"]
     assert len(partials) == plan.depth + 2                 # the stacked levels, the private level, the flat launch
+    quantized = len(fused.QUANTIZED_PARTIAL_INPUTS)
+    # The private level (a tile a row here) merges: the levels' states after the pages' inputs.
+    assert [names[quantized:] for names, _ in partials] == [[]] * plan.depth + [fused.LEVEL_STATE_INPUTS, []]
     for names, inputs in partials:
-        assert names == fused.QUANTIZED_PARTIAL_INPUTS
+        assert names[:quantized] == fused.QUANTIZED_PARTIAL_INPUTS
         given = dict(zip(names, inputs))
         for side, pool in (("k", case.k_pool), ("v", case.v_pool)):
             assert given[f"{side}_pool"] is pool.codes and given[f"{side}_scales"] is pool.scales
@@ -366,7 +401,7 @@ def test_a_cascade_rebound_to_a_grown_layout_launches_what_the_grown_one_does(rn
     for step in (second, first.rebind(second.arrays())):
         step(q, pool, pool, grown.last_page_len)
     half = len(launched) // 2
-    assert half == 3                                          # level 0, the private level, the merge
+    assert half == 2                                          # level 0, the private level merging
     made = {id(a): i % (len(outputs) // 2) for i, a in enumerate(outputs)}   # an output: its place in its run
     for (options, inputs), (rebound_options, rebound_inputs) in zip(launched[:half], launched[half:]):
         assert rebound_options == options and len(rebound_inputs) == len(inputs)
