@@ -321,7 +321,7 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, f
 
 // One (row, query head)'s cascade output as fold_states leaves it: the
 // private states (private_states of them, private_lse(i) / private_row(i)
-// their lse's and rows' addresses) and, at each depth where the row is a
+// their lse's and rows' base addresses) and, at each depth where the row is a
 // member of a span, every tile's state of that span at the member's stacked
 // head kv * (M * G) + m * G + g, M the level's stacked width, G the model's
 // query heads a KV head (level_map: the
@@ -335,7 +335,7 @@ __device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int
                                              const int (&level_heads)[4], int member_tiles, const int32_t* level_map,
                                              int lane, float& top, float& total, float (&value)[VEC]) {
   int first[DEPTHS], count[DEPTHS], head_at[DEPTHS];
-  int states = private_states;
+  int levels = 0;
   #pragma unroll
   for (int d = 0; d < DEPTHS; ++d) {
     const int32_t* entry = level_map + (size_t(row) * DEPTHS + d) * 3;
@@ -343,13 +343,16 @@ __device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int
     count[d] = MEMBER_IS_ROW ? member_tiles : entry[1];
     const int slot = MEMBER_IS_ROW ? row : entry[2];
     head_at[d] = (head / G) * (level_heads[d] / q_heads * G) + slot * G + head % G;
-    states += count[d];
+    levels += count[d];
   }
-  // A state's address by selection, not by branch: every candidate is
-  // computed, so fold_states can have a batch's loads in flight at once.
+  // The levels' states first, then the private ones: where those are in
+  // shared memory (the private level merging), a span's 16 tiles are one
+  // batch of loads, one round trip. A state's address by selection, not by
+  // branch: every candidate is computed, so fold_states can have a batch's
+  // loads in flight at once.
   auto lse_of = [&](int i) -> const float* {
-    const float* at = private_lse(i);
-    int j = i - private_states;
+    const float* at = private_lse(i - levels);
+    int j = i;
     #pragma unroll
     for (int d = 0; d < DEPTHS; ++d) {
       const float* level = level_lse[d] + size_t(first[d] + j) * level_heads[d] + head_at[d];
@@ -359,8 +362,8 @@ __device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int
     return at;
   };
   auto row_of = [&](int i) -> const float* {
-    const float* at = private_row(i);
-    int j = i - private_states;
+    const float* at = private_row(i - levels);
+    int j = i;
     #pragma unroll
     for (int d = 0; d < DEPTHS; ++d) {
       const float* level = level_o[d] + (size_t(first[d] + j) * level_heads[d] + head_at[d]) * (VEC * 32);
@@ -369,7 +372,7 @@ __device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int
     }
     return at + lane * VEC;
   };
-  fold_states(states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
+  fold_states(levels + private_states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
 }
 
 }  // namespace mlxcel

@@ -8,8 +8,9 @@ and V element through ldmatrix for 16 rows of work. One warpgroup MMA takes
 64 rows, reads its B operand (K, then V) from shared memory itself and runs
 asynchronously, as FlashAttention-3 does:
 
-- a block is one warpgroup (4 warps, 64 stacked heads; more heads are more
-  head groups, as the partial kernel's layout with four head-splitting warps);
+- a block is one or two warpgroups (4 warps, 64 stacked heads each, sharing
+  the staged chunks; more heads are more head groups, each a block over the
+  same tile, as the partial kernel's layout with head-splitting warps);
 - Q is staged once, pre-scaled into the log2 domain, in the 128-byte-swizzled
   K-major layout the MMA reads; K and V chunks of 64 tokens are copied into the
   same layout (cp.async, a ring of STAGES chunks, page lookups a chunk ahead,
@@ -126,13 +127,14 @@ __device__ __forceinline__ uint32_t swizzled(int row, int piece, int block_bytes
 WARPGROUP_PARTIAL_SOURCE = r"""
   // ---- constants and coordinates (as the partial kernel's) ----
   static_assert(CHUNK == 64 && D % 64 == 0 && D <= 128, "m64n64 score tiles over 64-token chunks, D = 64 or 128");
-  constexpr int THREADS = 128;
-  constexpr int ROWS = 64;                         // stacked heads a block owns: the MMA's M
+  static_assert(WARPS % 4 == 0, "whole warpgroups");
+  constexpr int THREADS = WARPS * 32;
+  constexpr int ROWS = WARPS * 16;                 // stacked heads a block owns: 64 (the MMA's M) a warpgroup
   constexpr int NT = CHUNK / 8;                    // score tiles (8 tokens)
   constexpr int DT = D / 8;                        // output tiles (8 dims)
   constexpr int VECS = D / 8;                      // 16-byte pieces a token row
-  constexpr int Q_BLOCK = ROWS * 128, KV_BLOCK = CHUNK * 128;   // bytes of one 64-element column block
-  constexpr int Q_BYTES = ROWS * D * 2, KV_BYTES = CHUNK * D * 2;
+  constexpr int Q_BLOCK = 64 * 128, KV_BLOCK = CHUNK * 128;     // bytes of one 64-element column block
+  constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
   constexpr float RESCALE_SLACK = 8.f;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
@@ -158,8 +160,9 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   const uint32_t shared0 = mlxcel::shared_address(mlxcel_shared);
   unsigned char* base = mlxcel_shared + ((1024 - (shared0 & 1023)) & 1023);
-  const uint32_t q_at = mlxcel::shared_address(base);             // [D / 64][ROWS][128 B]
-  const uint32_t stages_at = q_at + Q_BYTES;                      // [STAGES][K, V][D / 64][CHUNK][128 B]
+  // Each warpgroup's Q, then the ring the warpgroups share (they read every chunk's K and V).
+  const uint32_t q_at = mlxcel::shared_address(base) + (warp / 4) * Q_BYTES;       // [D / 64][64][128 B]
+  const uint32_t stages_at = mlxcel::shared_address(base) + (WARPS / 4) * Q_BYTES;  // [STAGES][K, V][D / 64][CHUNK][128 B]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
   #pragma unroll
@@ -175,7 +178,8 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     uint32_t w[4];
     #pragma unroll
     for (int k = 0; k < 4; ++k) w[k] = head < heads ? mlxcel::Mma<T>::pack(x[2 * k] * scale, x[2 * k + 1] * scale) : 0u;
-    *reinterpret_cast<uint4*>(base + mlxcel::swizzled(r, piece, Q_BLOCK)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(base + (r / 64) * Q_BYTES + mlxcel::swizzled(r % 64, piece, Q_BLOCK)) =
+        make_uint4(w[0], w[1], w[2], w[3]);
   }
 
   // ---- 2. staging (the partial kernel's, into the swizzled layout) ----
@@ -194,7 +198,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const int page_offset = (pass_row * kv_heads + kv_head) * D + part * 8;
   const int pass_elements = PASS_ROWS * kv_heads * D;
   auto stage_slots = [&](int chunk, int buffer, const int (&pages)[LOOKUPS], bool at_ends) {
-    unsigned char* keys = base + Q_BYTES + buffer * 2 * KV_BYTES;
+    unsigned char* keys = base + (WARPS / 4) * Q_BYTES + buffer * 2 * KV_BYTES;
     unsigned char* values = keys + KV_BYTES;
     size_t page_at[LOOKUPS];
     #pragma unroll
@@ -345,12 +349,12 @@ WARPGROUP_PARTIAL_SOURCE = r"""
 """
 
 WARPGROUP_PARTIAL_SIGNATURE = (
-    "template <typename T, typename TQ, int D, int BLOCK, bool STACKED, int CHUNK, int STAGES, int SCALE_BITS,"
+    "template <typename T, typename TQ, int D, int BLOCK, bool STACKED, int WARPS, int CHUNK, int STAGES, int SCALE_BITS,"
     " typename S>\n__device__ __forceinline__ void warpgroup_partial(const TQ* q, const S& q_shape, const T* k_pool,"
     " const S& k_pool_shape, const T* v_pool, const int32_t* indices, const int32_t* last_page_len,"
     " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
 
-WARPGROUP_PARTIAL_CALL = ("mlxcel::warpgroup_partial<T, TQ, D, BLOCK, STACKED, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
-                          "k_pool, k_pool_shape, v_pool, indices, last_page_len, tiles, members, members_shape, out, "
-                          "out_lse);")
+WARPGROUP_PARTIAL_CALL = ("mlxcel::warpgroup_partial<T, TQ, D, BLOCK, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
+                          "q_shape, k_pool, k_pool_shape, v_pool, indices, last_page_len, tiles, members, "
+                          "members_shape, out, out_lse);")
 

@@ -72,7 +72,10 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # "warpgroup" (the platform's warpgroup-MMA kernel); unset: warpgroup where the
 # platform and device have it.
 LEVEL0_KERNEL_ENV = "MLXCEL_LEVEL0_KERNEL"
-WARPGROUP_ROWS = 64       # stacked heads a warpgroup kernel's block owns
+WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel owns
+# Warpgroups a block of it may hold (they share its staged K and V): two
+# read each chunk once for 128 heads, where one a block reads it twice.
+WARPGROUPS_PER_BLOCK = 2
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 # Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
@@ -219,11 +222,13 @@ class Platform:
     warpgroup_partial_source: str = ""
     warpgroup_device: Callable[[], bool] = lambda: False
 
-    def warpgroup_staging_bytes(self, head_dim: int, stages: int | None = None) -> int:
-        """Shared memory of a warpgroup block: its 64 rows of Q and the ring's
-        K and V chunks, unpadded (the layouts' swizzle spreads the banks), and
-        the slack that starts them on a 1024-byte boundary (the swizzle's period)."""
-        return (WARPGROUP_ROWS + 2 * (stages or self.stages) * self.chunk_tokens) * head_dim * 2 + 1024
+    def warpgroup_staging_bytes(self, head_dim: int, warps: int, stages: int | None = None) -> int:
+        """Shared memory of a warpgroup block: its warpgroups' 64 rows of Q
+        each and the ring's K and V chunks, unpadded (the layouts' swizzle
+        spreads the banks), and the slack that starts them on a 1024-byte
+        boundary (the swizzle's period)."""
+        rows = warps // 4 * WARPGROUP_ROWS
+        return (rows + 2 * (stages or self.stages) * self.chunk_tokens) * head_dim * 2 + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
                       stages: int | None = None) -> int:
@@ -319,7 +324,7 @@ class FusedKernels:
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = (p.warpgroup_staging_bytes(head_dim, stages) if kind == "warpgroup_partial"
+            shared = (p.warpgroup_staging_bytes(head_dim, warps, stages) if kind == "warpgroup_partial"
                       else p.staging_bytes(head_dim, warps, quant, stages) if kind.endswith("partial") else 0)
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
                                    compact_source(p.header), shared)
@@ -471,18 +476,21 @@ class FusedKernels:
         ``level0_warps_m`` caps their head-splitting warps (default: the
         pages' format's cap, ``quant``) and ``level0_warps`` sets their
         blocks' warps (benchmark sweeps). ``warpgroup``: the stacked levels
-        of more than two warps' heads run on the warpgroup kernel (a block:
-        64 heads, a warp's 16 each; fewer heads would leave most rows empty)."""
+        of more than two warps' heads run on the warpgroup kernel (a
+        warpgroup: 64 heads, a warp's 16 each; fewer heads would leave most
+        rows empty), up to WARPGROUPS_PER_BLOCK a block."""
         group = q_heads // kv_heads
-        warps = level0_warps or self.platform.warps
-        target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
         stacked = []
         for view, members in levels:
             heads = np.shape(members)[1] * group
+            warps = level0_warps or self.platform.warps
             if warpgroup and heads > 2 * HEADS_PER_WARP:
-                layout = replace(head_layout(heads, warps, WARPGROUP_ROWS // HEADS_PER_WARP), warpgroup=True)
+                warps = 4 * min(WARPGROUPS_PER_BLOCK, -(-heads // WARPGROUP_ROWS))
+                layout = replace(head_layout(heads, warps, warps), warpgroup=True)
             else:
                 layout = head_layout(heads, warps, level0_warps_m or level0_max_warps_m(quant))
+            # Counted in blocks of the platform's warps: bigger blocks get proportionally fewer.
+            target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
         return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads))

@@ -289,7 +289,8 @@ def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, membe
         monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, kernel)
         step = cuda.KERNELS.prepare_cascade(shape, case.q.shape[0], private, levels, level0_pages=level0_pages,
                                             level0_stages=stages)
-        warpgroup = cuda.KERNELS._kernel("warpgroup_partial", head_dim, 4, None, stages)
+        warps = 4 * min(fused.WARPGROUPS_PER_BLOCK, -(-members * group // fused.WARPGROUP_ROWS))
+        warpgroup = cuda.KERNELS._kernel("warpgroup_partial", head_dim, warps, None, stages)
         assert (step.levels[0].launch.kernel is warpgroup) == (kernel == "warpgroup")
         assert step.merge is None                                      # the private level (a tile a row) merges
         o = np.array(step(case.q, case.k_pool, case.v_pool, private.last_page_len).astype(mx.float32))

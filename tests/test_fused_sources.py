@@ -101,27 +101,31 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
     assert cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8 if pool == "int8" else INT4) <= 227 * 1024 // 3
 
 
-def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str) -> str:
+def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: int) -> str:
     p = cuda.KERNELS.platform
     return translation_unit(
         "warpgroup_partial", cuda.LIBRARY, cuda.WARPGROUP_PARTIAL_CALL,
         [(name, {"q": q_dtype, "k_pool": pool, "v_pool": pool}.get(name, "int32")) for name in fused.PARTIAL_INPUTS],
         [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", 4), ("STACKED", True),
-         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
+        [("T", pool), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", warps), ("STACKED", True),
+         ("WARPS", warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 @needs_nvcc
 @pytest.mark.parametrize("pool, head_dim, q_dtype", [("bfloat16", 128, "bfloat16"), ("bfloat16", 128, "float32"),
                                                      ("float16", 64, "float16")])
-def test_warpgroup_kernel_fits_two_blocks_per_sm(tmp_path, pool, head_dim, q_dtype):
-    # Two of its blocks (the 256-block grid's share of an SM) by registers
-    # and by shared memory (Q and the double-buffered ring), without spills.
-    registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, 2, q_dtype), tmp_path, "sm_90a"))
+@pytest.mark.parametrize("warps", [4, 8])
+def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim, q_dtype, warps):
+    # The level-0 grid (256 blocks of 4 warps, 128 of 8) puts about two
+    # warpgroups on an SM: they fit, by registers and by shared memory (Q and
+    # the double-buffered ring), without spills.
+    unit = warpgroup_unit(pool, head_dim, 2, q_dtype, warps)
+    registers, spills = resources(compile_unit(unit, tmp_path, "sm_90a"))
+    blocks = 8 // warps
     assert spills == 0
-    assert 2 * block_registers(registers) <= 65536
-    assert 2 * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim) <= 227 * 1024
+    assert blocks * block_registers(registers, warps) <= 65536
+    assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps) <= 227 * 1024
 
 
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
@@ -178,16 +182,17 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch):
     monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "tensor")
     with pytest.raises(ValueError, match="expected mma or warpgroup"):
         kernels.takes_warpgroup(bf16)
-    # 32 rows of 4 heads a KV head behind one span: 128 stacked heads, two
-    # 64-head blocks a tile; a span of 8 members (32 heads) keeps the partial kernel.
+    # Rows of 4 heads a KV head behind one span: 128 stacked heads (32 rows)
+    # are one block of two warpgroups a tile, 256 two such blocks, 64 one
+    # warpgroup; a span of 8 members (32 heads) keeps the partial kernel.
     private = PagedCsrView.from_host(host_csr([[1, 2]], [20], 16))
     span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
-    for members, warpgroup in ((32, True), (8, False)):
+    for members, blocks in ((64, (8, 8, 2)), (32, (8, 8, 1)), (16, (4, 4, 1)), (8, None)):
         (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
                                               warpgroup=True)[0]
-        assert layout.warpgroup == warpgroup and layout.heads == members * 4
-        if warpgroup:
-            assert (layout.warps_m, layout.groups) == (4, 2)
+        assert layout.warpgroup == (blocks is not None) and layout.heads == members * 4
+        if blocks:
+            assert (layout.warps, layout.warps_m, layout.groups) == blocks
 
 
 @needs_nvcc
