@@ -167,7 +167,8 @@ def test_the_library_compiles_for_devices_without_warpgroup_mma(tmp_path):
     assert registers > 0 and spills == 0
 
 
-def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch):
+@pytest.mark.parametrize("per_block", [1, 2])
+def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, per_block):
     platform = replace(cuda.KERNELS.platform, warpgroup_device=lambda: True)
     kernels = fused.FusedKernels(platform)
     monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV, raising=False)
@@ -182,12 +183,15 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch):
     monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "tensor")
     with pytest.raises(ValueError, match="expected mma or warpgroup"):
         kernels.takes_warpgroup(bf16)
-    # Rows of 4 heads a KV head behind one span: 128 stacked heads (32 rows)
-    # are one block of two warpgroups a tile, 256 two such blocks, 64 one
-    # warpgroup; a span of 8 members (32 heads) keeps the partial kernel.
+    # Rows of 4 heads a KV head behind one span: 256 stacked heads (64 rows)
+    # are four warpgroups a tile, in blocks of up to WARPGROUPS_PER_BLOCK, 128
+    # two, 64 one; a span of 8 members (32 heads) keeps the partial kernel.
+    monkeypatch.setattr(fused, "WARPGROUPS_PER_BLOCK", per_block)
     private = PagedCsrView.from_host(host_csr([[1, 2]], [20], 16))
     span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
-    for members, blocks in ((64, (8, 8, 2)), (32, (8, 8, 1)), (16, (4, 4, 1)), (8, None)):
+    warps = 4 * per_block
+    for members, blocks in ((64, (warps, warps, 4 // per_block)), (32, (warps, warps, 2 // per_block)),
+                            (16, (4, 4, 1)), (8, None)):
         (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
                                               warpgroup=True)[0]
         assert layout.warpgroup == (blocks is not None) and layout.heads == members * 4
