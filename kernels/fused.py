@@ -34,6 +34,7 @@ the portable kernels, on the same device.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import struct
@@ -50,6 +51,9 @@ from .kv_quant import SCALE_DTYPE, KVQuant, Pages, QuantizedPages
 from .shape import AttentionShape, check_inputs
 from .tile_plan import (HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, level0_max_warps_m,
                         head_layout)
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()      # env values already warned about (once a process)
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -463,8 +467,9 @@ class FusedKernels:
         and ``LEVEL0_KERNEL_ENV`` not asking for the partial kernel."""
         p = self.platform
         choice = os.environ.get(LEVEL0_KERNEL_ENV, "").strip().lower()
-        if choice not in ("", "mma", "warpgroup"):
-            raise ValueError(f"{LEVEL0_KERNEL_ENV}={choice!r}: expected mma or warpgroup")
+        if choice not in ("", "mma", "warpgroup") and choice not in _warned:
+            _warned.add(choice)
+            log.warning("%s=%r: expected mma or warpgroup, using the default", LEVEL0_KERNEL_ENV, choice)
         return (choice != "mma" and bool(p.warpgroup_partial_source) and shape.kv_quant is None
                 and shape.head_dim in (64, 128) and p.chunk_tokens == 64 and p.warps == 4
                 and level0_warps_m is None and level0_warps in (None, p.warps) and p.warpgroup_device())

@@ -168,7 +168,7 @@ def test_the_library_compiles_for_devices_without_warpgroup_mma(tmp_path):
 
 
 @pytest.mark.parametrize("per_block", [1, 2])
-def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, per_block):
+def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, caplog, per_block):
     platform = replace(cuda.KERNELS.platform, warpgroup_device=lambda: True)
     kernels = fused.FusedKernels(platform)
     monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV, raising=False)
@@ -180,9 +180,13 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, per
     assert not fused.FusedKernels(cuda.KERNELS.platform).takes_warpgroup(bf16) or cuda.hopper()
     monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "mma")
     assert not kernels.takes_warpgroup(bf16)
-    monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "tensor")
-    with pytest.raises(ValueError, match="expected mma or warpgroup"):
-        kernels.takes_warpgroup(bf16)
+    monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "tensor")            # unknown: the default, warned once
+    monkeypatch.setattr(fused, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="mlxcel.kernels.fused"):
+        assert kernels.takes_warpgroup(bf16) and kernels.takes_warpgroup(bf16)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{fused.LEVEL0_KERNEL_ENV}='tensor': expected mma or warpgroup, using the default"]
+    monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV)
     # Rows of 4 heads a KV head behind one span: 256 stacked heads (64 rows)
     # are four warpgroups a tile, in blocks of up to WARPGROUPS_PER_BLOCK, 128
     # two, 64 one; a span of 8 members (32 heads) keeps the partial kernel.
