@@ -272,6 +272,135 @@ __device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
   }
 }
 
+// A step of the online softmax (both partial kernels), this lane's rows g and
+// g + 8 of its warp's tile, log2 domain: from the step's maxima, the rows'
+// exponent base (row_max) moves only when a row's scores outgrow it by 2^8,
+// for the whole warp at once: weights stay <= 2^8, far from float32's range,
+// and most steps skip rescaling the accumulators (FlashAttention-4's
+// conditional rescale). Returns whether it moved; then the row sums are
+// rescaled and alpha holds the factor the caller's accumulators take.
+__device__ __forceinline__ bool rebase(const float (&step_max)[2], float (&row_max)[2], float (&row_sum)[2],
+                                       float (&alpha)[2]) {
+  constexpr float SLACK = 8.f;                      // log2 units
+  float top[2];
+  bool grow = false;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    top[r] = lane_max(lane_max(step_max[r], 1), 2);
+    grow |= top[r] > row_max[r] + SLACK;
+  }
+  if (!__any_sync(0xffffffffu, grow)) return false;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float moved = fmaxf(row_max[r], top[r]);
+    alpha[r] = moved == -infinity() ? 1.f : fast_exp2(row_max[r] - moved);
+    row_max[r] = moved;
+    row_sum[r] *= alpha[r];
+  }
+  return true;
+}
+
+// A block's copies of a page tile's chunks into shared memory (both partial
+// kernels): a chunk's token rows of VECS 16-byte pieces, one pass of the
+// block's threads copying PASS_ROWS rows. A chunk of whole pages whose passes
+// never straddle a page (ALIGNED): each pass's page and row within it are
+// compile-time functions of the pass, so one lookup serves all the passes of
+// a page.
+template <int VECS, int THREADS, int CHUNK, int BLOCK>
+struct ChunkCopies {
+  static constexpr int PASS_ROWS = THREADS / VECS;
+  static constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
+  static constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
+  static constexpr int D = VECS * 8;              // a 16-bit row's elements (copy_rows)
+  const int32_t* indices;
+  int page_begin, page_count, first_slot, end_slot, kv_heads, kv_head;
+  int pass_row, part;          // this thread's row in a pass, its piece of the row
+  // 16-bit pages: a page's elements, this thread's first element in a page,
+  // and the elements from one copy pass's rows to the next's.
+  size_t page_elements;
+  int page_offset, pass_elements;
+
+  __device__ __forceinline__ ChunkCopies(const int32_t* indices, int page_begin, int page_count, int first_slot,
+                                         int end_slot, int kv_heads, int kv_head)
+      : indices(indices), page_begin(page_begin), page_count(page_count), first_slot(first_slot),
+        end_slot(end_slot), kv_heads(kv_heads), kv_head(kv_head), pass_row(threadIdx.x / VECS),
+        part(threadIdx.x % VECS), page_elements(size_t(BLOCK) * kv_heads * D),
+        page_offset((pass_row * kv_heads + kv_head) * D + part * 8), pass_elements(PASS_ROWS * kv_heads * D) {}
+
+  // A chunk's page lookups, all in flight together, issued a chunk before its
+  // copies need them. They stay raw page numbers until the copies use them:
+  // arithmetic on a load right after it is issued would wait out its round
+  // trip there, every chunk. Chunks past the tile read its last page:
+  // harmless, never staged.
+  __device__ __forceinline__ void lookup(int chunk, int (&pages)[LOOKUPS]) const {
+    #pragma unroll
+    for (int p = 0; p < LOOKUPS; ++p) {
+      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
+      pages[p] = indices[page_begin + min(page, page_count - 1)];
+    }
+  }
+
+  // A ring of STAGES chunks: the first STAGES - 1 staged (stage(chunk,
+  // buffer, pages): one copy group each, empty past the tile's end), the
+  // next chunk's pages looked up.
+  template <int STAGES, typename Stage>
+  __device__ __forceinline__ void fill(int chunk_begin, int chunk_end, int (&pages)[LOOKUPS], Stage stage) const {
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      lookup(chunk_begin + s, pages);
+      if (chunk_begin + s < chunk_end) stage(chunk_begin + s, s, pages);
+      else copy_commit();
+    }
+    lookup(chunk_begin + STAGES - 1, pages);
+  }
+
+  // After chunk's wait and barrier: the chunk STAGES - 1 on into the buffer
+  // read an iteration ago (the one before this chunk's), the next pages looked up.
+  template <int STAGES, typename Stage>
+  __device__ __forceinline__ void refill(int chunk, int chunk_end, int buffer, int (&pages)[LOOKUPS],
+                                         Stage stage) const {
+    if (chunk + STAGES - 1 < chunk_end) {
+      stage(chunk + STAGES - 1, buffer == 0 ? STAGES - 1 : buffer - 1, pages);
+      lookup(chunk + STAGES, pages);
+    } else {
+      copy_commit();
+    }
+  }
+
+  // copy(at_ends) stages the chunk; at_ends: it holds one of the row's ends,
+  // so its slots are checked; the chunks between copy every slot.
+  template <typename Copy>
+  __device__ __forceinline__ void stage(int chunk, Copy copy) const {
+    if (chunk * CHUNK >= first_slot && (chunk + 1) * CHUNK <= end_slot) copy(false);
+    else copy(true);
+  }
+
+  // 16-bit pages: the chunk's K and V rows, slot s's piece c to byte
+  // to(s, c) of keys and of values; invalid slots read nothing (zero-fill).
+  template <typename T, typename To>
+  __device__ __forceinline__ void copy_rows(const T* k_pool, const T* v_pool, const int (&pages)[LOOKUPS], int chunk,
+                                            bool at_ends, unsigned char* keys, unsigned char* values, To to) const {
+    // 64-bit arithmetic once a page (a pool may hold over 2^31 elements): its
+    // base at this thread's offset; a pass is a 32-bit step on.
+    size_t page_at[LOOKUPS];
+    #pragma unroll
+    for (int p = 0; p < LOOKUPS; ++p) page_at[p] = size_t(pages[p]) * page_elements;
+    #pragma unroll
+    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
+      const size_t at = ALIGNED
+          ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j % (BLOCK / PASS_ROWS) * pass_elements)
+          : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
+      const uint32_t byte = to(slot_in_chunk, part);
+      copy_async(keys + byte, k_pool + at, valid);
+      copy_async(values + byte, v_pool + at, valid);
+    }
+    copy_commit();
+  }
+};
+
 // Folds states 0..n-1 (lse_at(i): the state's log2 sum, row_at(i): this
 // lane's VEC elements of its normalized row) into top (the largest lse),
 // total and value, weighted by exp2(lse - top). A batch's loads, lse and
@@ -403,7 +532,6 @@ PARTIAL_SOURCE = r"""
   constexpr int SCALE_BYTES = Format::AFFINE ? D / 32 * 2 : 4;
   constexpr int SCALE_ARRAYS = Format::AFFINE ? 4 : 2;
   constexpr int CODE_STAGE = 2 * CHUNK * CODE_STRIDE + SCALE_ARRAYS * CHUNK * SCALE_BYTES;
-  constexpr float RESCALE_SLACK = 8.f;              // log2 units
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -461,88 +589,49 @@ PARTIAL_SOURCE = r"""
   }
 
   // ---- 2. staging ----
-  constexpr int PASS_ROWS = THREADS / VECS;         // token rows one pass of the block copies
-  // A chunk of whole pages whose passes never straddle a page: each pass's
-  // page and row within it are compile-time functions of the pass, so one
-  // lookup serves all the passes of a page.
-  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
-  constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
-  const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
-  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
-  // A chunk's page lookups, all in flight together, issued a chunk before its
-  // copies need them (the loop below). They stay raw page numbers until
-  // stage() uses them: arithmetic on a load right after it is issued would
-  // wait out its round trip there, every chunk. Chunks past the tile read its
-  // last page: harmless, never staged.
-  auto lookup = [&](int chunk, int (&pages)[LOOKUPS]) {
-    #pragma unroll
-    for (int p = 0; p < LOOKUPS; ++p) {
-      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
-      pages[p] = indices[page_begin + min(page, page_count - 1)];
-    }
-  };
-  // 16-bit pages: this thread's first element in a page, and the elements
-  // from one copy pass's rows to the next's.
-  const int page_offset = (pass_row * kv_heads + kv_head) * D + part * 8;
-  const int pass_elements = PASS_ROWS * kv_heads * D;
-  // at_ends: the chunk holds one of the row's ends, so its slots are checked;
-  // the chunks between copy every slot.
-  auto stage_slots = [&](int chunk, int buffer, const int (&pages)[LOOKUPS], bool at_ends) {
-    if constexpr (QUANTIZED) {
-      unsigned char* keys = mlxcel_shared + buffer * CODE_STAGE;
-      unsigned char* values = keys + CHUNK * CODE_STRIDE;
-      unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [SCALE_ARRAYS][CHUNK][SCALE_BYTES]
-      #pragma unroll
-      for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-        const int slot_in_chunk = j * PASS_ROWS + pass_row;
-        const int slot = chunk * CHUNK + slot_in_chunk;
-        const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);   // else zero codes and scales: 0
-        const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-        // The (token, KV head) row's index in the pool, 64-bit from the page's base.
-        const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
-                          (page_row * kv_heads + kv_head);
-        mlxcel::copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16,
-                           valid);
-        mlxcel::copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16,
-                           valid);
-        // A row's scales (and zeros) travel with its first vectors: array a with vector a.
+  using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
+  constexpr int PASS_ROWS = Copies::PASS_ROWS, LOOKUPS = Copies::LOOKUPS;
+  constexpr bool ALIGNED = Copies::ALIGNED;
+  const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head);
+  const int pass_row = copies.pass_row, part = copies.part;
+  auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
+    copies.stage(chunk, [&](bool at_ends) {
+      if constexpr (QUANTIZED) {
+        unsigned char* keys = mlxcel_shared + buffer * CODE_STAGE;
+        unsigned char* values = keys + CHUNK * CODE_STRIDE;
+        unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [SCALE_ARRAYS][CHUNK][SCALE_BYTES]
         #pragma unroll
-        for (int first = 0; first < SCALE_ARRAYS; first += VECS) {
-          const int a = first + part;
-          if (a < SCALE_ARRAYS) {
-            const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
-            const __half* src = Format::AFFINE ? array + at * (D / 32) : array + (at & ~size_t(1));
-            mlxcel::copy_async_small<SCALE_BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * SCALE_BYTES, src, valid);
+        for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+          const int slot_in_chunk = j * PASS_ROWS + pass_row;
+          const int slot = chunk * CHUNK + slot_in_chunk;
+          const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);   // else zero codes and scales: 0
+          const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+          // The (token, KV head) row's index in the pool, 64-bit from the page's base.
+          const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
+                            (page_row * kv_heads + kv_head);
+          mlxcel::copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16,
+                             valid);
+          mlxcel::copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16,
+                             valid);
+          // A row's scales (and zeros) travel with its first vectors: array a with vector a.
+          #pragma unroll
+          for (int first = 0; first < SCALE_ARRAYS; first += VECS) {
+            const int a = first + part;
+            if (a < SCALE_ARRAYS) {
+              const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
+              const __half* src = Format::AFFINE ? array + at * (D / 32) : array + (at & ~size_t(1));
+              mlxcel::copy_async_small<SCALE_BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * SCALE_BYTES, src,
+                                                    valid);
+            }
           }
         }
+        mlxcel::copy_commit();
+      } else {
+        unsigned char* keys = reinterpret_cast<unsigned char*>(staged + (2 * buffer) * STAGE);
+        copies.copy_rows(k_pool, v_pool, pages, chunk, at_ends, keys, keys + STAGE * sizeof(T),
+                         [](int row, int piece) { return uint32_t((row * STRIDE + piece * 8) * sizeof(T)); });
       }
-      mlxcel::copy_commit();
-    } else {
-      T* keys = staged + (2 * buffer) * STAGE;
-      T* values = keys + STAGE;
-      // 64-bit arithmetic once a page (a pool may hold over 2^31 elements): its
-      // base at this thread's offset; a pass is a 32-bit step on.
-      size_t page_at[LOOKUPS];
-      #pragma unroll
-      for (int p = 0; p < LOOKUPS; ++p) page_at[p] = size_t(pages[p]) * page_elements;
-      #pragma unroll
-      for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-        const int slot_in_chunk = j * PASS_ROWS + pass_row;
-        const int slot = chunk * CHUNK + slot_in_chunk;
-        // Invalid slots read nothing (zero-fill) from a valid slot's page.
-        const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
-        const size_t at = ALIGNED
-            ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j % (BLOCK / PASS_ROWS) * pass_elements)
-            : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
-        mlxcel::copy_async(keys + slot_in_chunk * STRIDE + part * 8, k_pool + at, valid);
-        mlxcel::copy_async(values + slot_in_chunk * STRIDE + part * 8, v_pool + at, valid);
-      }
-      mlxcel::copy_commit();
-    }
-  };
-  auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
-    if (chunk * CHUNK >= first_slot && (chunk + 1) * CHUNK <= end_slot) stage_slots(chunk, buffer, pages, false);
-    else stage_slots(chunk, buffer, pages, true);
+    });
   };
   // Which half of a staged int8 scale word is this KV head's: the row index's
   // parity, (token * kv_heads + kv_head) % 2 (pages of an even token count).
@@ -562,23 +651,12 @@ PARTIAL_SOURCE = r"""
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
-  #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    lookup(chunk_begin + s, pages);
-    if (chunk_begin + s < chunk_end) stage(chunk_begin + s, s, pages);
-    else mlxcel::copy_commit();
-  }
-  lookup(chunk_begin + STAGES - 1, pages);
+  copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
   int buffer = 0;                                  // this chunk's; the one staged next is the one before it
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     mlxcel::copy_wait<STAGES - 2>();
     __syncthreads();
-    if (chunk + STAGES - 1 < chunk_end) {
-      stage(chunk + STAGES - 1, buffer == 0 ? STAGES - 1 : buffer - 1, pages);
-      lookup(chunk + STAGES, pages);
-    } else {
-      mlxcel::copy_commit();
-    }
+    copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
     if (active) {
       const T* keys = staged + (2 * buffer) * STAGE;
       const T* values = keys + STAGE;
@@ -671,26 +749,8 @@ PARTIAL_SOURCE = r"""
           #pragma unroll
           for (int c = 0; c < 4; ++c) step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
         }
-        // The exponent base (row_max) moves only when a row's scores outgrow
-        // it by 2^RESCALE_SLACK, for the whole warp at once: weights stay
-        // <= 2^RESCALE_SLACK, far from float32's range, and most steps skip
-        // rescaling the accumulators (FlashAttention-4's conditional rescale).
-        float top[2];
-        bool grow = false;
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          top[r] = mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2);
-          grow |= top[r] > row_max[r] + RESCALE_SLACK;
-        }
-        if (__any_sync(0xffffffffu, grow)) {
-          float alpha[2];
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float moved = fmaxf(row_max[r], top[r]);
-            alpha[r] = moved == neg_inf ? 1.f : mlxcel::fast_exp2(row_max[r] - moved);
-            row_max[r] = moved;
-            row_sum[r] *= alpha[r];
-          }
+        float alpha[2];
+        if (mlxcel::rebase(step_max, row_max, row_sum, alpha)) {
           #pragma unroll
           for (int dt = 0; dt < DT; ++dt) {
             acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];

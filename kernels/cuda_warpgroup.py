@@ -135,7 +135,6 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int VECS = D / 8;                      // 16-byte pieces a token row
   constexpr int Q_BLOCK = 64 * 128, KV_BLOCK = CHUNK * 128;     // bytes of one 64-element column block
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
-  constexpr float RESCALE_SLACK = 8.f;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -182,44 +181,16 @@ WARPGROUP_PARTIAL_SOURCE = r"""
         make_uint4(w[0], w[1], w[2], w[3]);
   }
 
-  // ---- 2. staging (the partial kernel's, into the swizzled layout) ----
-  constexpr int PASS_ROWS = THREADS / VECS;
-  constexpr bool ALIGNED = CHUNK % BLOCK == 0 && BLOCK % PASS_ROWS == 0;
-  constexpr int LOOKUPS = ALIGNED ? CHUNK / BLOCK : CHUNK / PASS_ROWS;
-  const int pass_row = threadIdx.x / VECS, part = threadIdx.x % VECS;
-  const size_t page_elements = size_t(BLOCK) * kv_heads * D;
-  auto lookup = [&](int chunk, int (&pages)[LOOKUPS]) {
-    #pragma unroll
-    for (int p = 0; p < LOOKUPS; ++p) {
-      const int page = ALIGNED ? chunk * (CHUNK / BLOCK) + p : (chunk * CHUNK + p * PASS_ROWS + pass_row) / BLOCK;
-      pages[p] = indices[page_begin + min(page, page_count - 1)];
-    }
-  };
-  const int page_offset = (pass_row * kv_heads + kv_head) * D + part * 8;
-  const int pass_elements = PASS_ROWS * kv_heads * D;
-  auto stage_slots = [&](int chunk, int buffer, const int (&pages)[LOOKUPS], bool at_ends) {
-    unsigned char* keys = base + (WARPS / 4) * Q_BYTES + buffer * 2 * KV_BYTES;
-    unsigned char* values = keys + KV_BYTES;
-    size_t page_at[LOOKUPS];
-    #pragma unroll
-    for (int p = 0; p < LOOKUPS; ++p) page_at[p] = size_t(pages[p]) * page_elements;
-    #pragma unroll
-    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-      const int slot_in_chunk = j * PASS_ROWS + pass_row;
-      const int slot = chunk * CHUNK + slot_in_chunk;
-      const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
-      const size_t at = ALIGNED
-          ? page_at[j * PASS_ROWS / BLOCK] + (page_offset + j % (BLOCK / PASS_ROWS) * pass_elements)
-          : page_at[j] + ((slot % BLOCK * kv_heads + kv_head) * D + part * 8);
-      const uint32_t to = mlxcel::swizzled(slot_in_chunk, part, KV_BLOCK);
-      mlxcel::copy_async(keys + to, k_pool + at, valid);
-      mlxcel::copy_async(values + to, v_pool + at, valid);
-    }
-    mlxcel::copy_commit();
-  };
+  // ---- 2. staging (the partial kernel's copies, into the swizzled layout) ----
+  using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
+  constexpr int LOOKUPS = Copies::LOOKUPS;
+  const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head);
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
-    if (chunk * CHUNK >= first_slot && (chunk + 1) * CHUNK <= end_slot) stage_slots(chunk, buffer, pages, false);
-    else stage_slots(chunk, buffer, pages, true);
+    unsigned char* keys = base + (WARPS / 4) * Q_BYTES + buffer * 2 * KV_BYTES;
+    copies.stage(chunk, [&](bool at_ends) {
+      copies.copy_rows(k_pool, v_pool, pages, chunk, at_ends, keys, keys + KV_BYTES,
+                       [](int row, int piece) { return mlxcel::swizzled(row, piece, KV_BLOCK); });
+    });
   };
 
   float acc[DT * 4];
@@ -231,13 +202,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
-  #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    lookup(chunk_begin + s, pages);
-    if (chunk_begin + s < chunk_end) stage(chunk_begin + s, s, pages);
-    else mlxcel::copy_commit();
-  }
-  lookup(chunk_begin + STAGES - 1, pages);
+  copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
   int buffer = 0;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // This chunk landed (this thread's copies, then everyone's), in view of
@@ -245,12 +210,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::copy_wait<STAGES - 2>();
     mlxcel::async_proxy_fence();
     __syncthreads();
-    if (chunk + STAGES - 1 < chunk_end) {
-      stage(chunk + STAGES - 1, buffer == 0 ? STAGES - 1 : buffer - 1, pages);
-      lookup(chunk + STAGES, pages);
-    } else {
-      mlxcel::copy_commit();
-    }
+    copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
     const uint32_t keys_at = stages_at + buffer * 2 * KV_BYTES, values_at = keys_at + KV_BYTES;
 
     // ---- 3a. S = Q K^T: D / 16 k-steps, 32 bytes on within a column block ----
@@ -281,23 +241,9 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     float step_max[2] = {neg_inf, neg_inf};
     #pragma unroll
     for (int i = 0; i < NT * 4; ++i) step_max[(i >> 1) & 1] = fmaxf(step_max[(i >> 1) & 1], s[i]);
-    float top[2];
-    bool grow = false;
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      top[r] = mlxcel::lane_max(mlxcel::lane_max(step_max[r], 1), 2);
-      grow |= top[r] > row_max[r] + RESCALE_SLACK;
-    }
     // Warp-uniform: the MMA's rows are the warp's, rescaled by its own lanes.
-    if (__any_sync(0xffffffffu, grow)) {
-      float alpha[2];
-      #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float moved = fmaxf(row_max[r], top[r]);
-        alpha[r] = moved == neg_inf ? 1.f : mlxcel::fast_exp2(row_max[r] - moved);
-        row_max[r] = moved;
-        row_sum[r] *= alpha[r];
-      }
+    float alpha[2];
+    if (mlxcel::rebase(step_max, row_max, row_sum, alpha)) {
       #pragma unroll
       for (int i = 0; i < DT * 4; ++i) acc[i] *= alpha[(i >> 1) & 1];
     }
