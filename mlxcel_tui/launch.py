@@ -28,6 +28,9 @@ LAUNCHER = "from mlx._distributed_utils.launch import main; main()"
 ENTRY = {"mlxcel-tui": "tui_main", "mlxcel": "mlxcel_main"}
 RANK_ENDED = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The launcher prints a warning's tag and its text in separate writes, from another thread than the one that
+# passes the ranks' output on: a rank's line can land between them, after the bare tag.
+TAG_BEFORE_A_RANKS_LINE = re.compile(r"^\[WARN\](?=\S)")
 FAILED_GRACE = 5.0  # seconds the launcher gets to end the other ranks once one failed
 PR_SET_PDEATHSIG = 1     # prctl(2)
 STOP_GRACE = 20.0   # seconds the ranks get to stop after an interrupt before they are killed
@@ -84,7 +87,7 @@ class Ranks:
     def read(self) -> None:
         """Follow the launcher's stderr until it ends (a thread's work)."""
         for raw in self.process.stderr:
-            line = ANSI.sub("", raw.rstrip("\n"))
+            line = TAG_BEFORE_A_RANKS_LINE.sub("", ANSI.sub("", raw.rstrip("\n")))
             ended = RANK_ENDED.search(line)
             if ended:
                 code = ended.group(3)

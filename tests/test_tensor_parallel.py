@@ -228,3 +228,24 @@ def test_the_failure_line_names_the_ranks_in_rank_order():
                   ended=["rank 1 exited with status 1", "rank 0 exited with status 1"], errors=["no pool"])
     assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 1 (no pool); "
                                "the tensor-parallel run stopped")
+
+
+def test_a_ranks_error_that_lands_inside_a_launcher_warning_is_still_its_error():
+    # mlx.launch writes "[WARN]" and the warning's text apart, from another thread than the ranks' output:
+    # rank 0's error line can land between them (seen on a loaded machine).
+    from mlxcel_tui.launch import Ranks
+
+    class Launcher:
+        stderr = ["\x1b[33m[WARN]Error: int4 KV pages need a head dim divisible by 32\n",
+                  " Node with rank 0 exited with code 1 \x1b[0m\n",
+                  "Error: rank 1 lost rank 0\n", "\x1b[33m[WARN] Node with rank 1 exited with code 1 \x1b[0m\n"]
+
+        def wait(self):
+            return 1
+
+    passed = []
+    ranks = Ranks(process=Launcher(), on_line=passed.append)
+    ranks.read()
+    assert passed == []
+    assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 1 (int4 KV pages need a head "
+                               "dim divisible by 32; rank 1 lost rank 0); the tensor-parallel run stopped")
