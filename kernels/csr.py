@@ -125,18 +125,6 @@ def host_csr(
     ``num_tokens[r]`` counts tokens from the start of the row's first page,
     including the ``first_page_offset[r]`` skipped ones.
     """
-    counts, offsets, pages = row_pages(tables, num_tokens, block_size, first_page_offset)
-    indptr = np.zeros(len(tables) + 1, np.int32)
-    np.cumsum(pages, out=indptr[1:])
-    indices = (np.concatenate([np.asarray(t[:n], np.int32) for t, n in zip(tables, pages.tolist())]) if len(tables)
-               else np.zeros(0, np.int32))
-    return HostCsr(indptr, indices, last_page_lengths(counts, pages, block_size), offsets, block_size)
-
-
-def row_pages(tables: Sequence[Sequence[int]], num_tokens: Sequence[int], block_size: int,
-              first_page_offset: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's token count, first-page offset and pages, checked: every row
-    attends to a token, and its block table holds the pages its count needs."""
     rows = len(tables)
     offsets = np.zeros(rows, np.int32) if first_page_offset is None else np.asarray(first_page_offset, np.int32)
     counts = np.asarray(num_tokens, np.int64)
@@ -146,23 +134,12 @@ def row_pages(tables: Sequence[Sequence[int]], num_tokens: Sequence[int], block_
     lengths = np.fromiter((len(t) for t in tables), np.int64, rows)
     if (lengths < pages).any():
         raise ValueError("a block table holds fewer pages than its token count needs")
-    return counts, offsets, pages
-
-
-def last_page_lengths(counts: np.ndarray, pages: np.ndarray, block_size: int) -> np.ndarray:
-    return (counts - (pages - 1) * block_size).astype(np.int32)
-
-
-def with_pages_appended(indptr: np.ndarray, indices: np.ndarray, added: np.ndarray,
-                        new_pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A CSR's (indptr, indices) with ``added[r]`` pages appended to each row r,
-    taken in order from ``new_pages`` (row by row)."""
-    rows = np.flatnonzero(added)
-    if len(rows) == 0:
-        return indptr, indices
-    grown = indptr.copy()
-    grown[1:] += np.cumsum(added).astype(indptr.dtype)
-    return grown, np.insert(indices, np.repeat(indptr[1:][rows], added[rows]), new_pages)
+    indptr = np.zeros(rows + 1, np.int32)
+    np.cumsum(pages, out=indptr[1:])
+    indices = (np.concatenate([np.asarray(t[:n], np.int32) for t, n in zip(tables, pages.tolist())]) if rows
+               else np.zeros(0, np.int32))
+    last = (counts - (pages - 1) * block_size).astype(np.int32)
+    return HostCsr(indptr, indices, last, offsets, block_size)
 
 
 def grew_from(old: HostCsr, new: HostCsr) -> bool:
@@ -182,9 +159,7 @@ class CsrBuilder:
     every step because it moves with every decoded token. A layout that only
     grew from the last one keeps its lineage (``PageStructure``). With
     ``row_keys`` (a key per row's table), a row's table is converted to NumPy
-    once while its key holds (32 rows of 264 pages: ~0.2 ms a step else), and
-    a layout whose rows only gained pages is the last one with those pages
-    inserted, not rebuilt row by row (at 32 staggered rows, nearly every step)."""
+    once while its key holds (32 rows of 264 pages: ~0.2 ms a step else)."""
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -193,7 +168,6 @@ class CsrBuilder:
         self._device: tuple[mx.array, mx.array, mx.array] | None = None
         self._host: HostCsr | None = None
         self._rows: dict[Hashable, np.ndarray] = {}
-        self._row_keys: list[Hashable] | None = None
 
     def build(self, key: Hashable, tables: Sequence[Sequence[int]], num_tokens: Sequence[int],
               first_page_offset: Sequence[int] | None = None,
@@ -204,46 +178,18 @@ class CsrBuilder:
                 self._rows = {k: known[k] if k in known else np.asarray(t, np.int32)
                               for k, t in zip(row_keys, tables)}
                 tables = [self._rows[k] for k in row_keys]
-            counts, offsets, pages = row_pages(tables, num_tokens, self.block_size, first_page_offset)
-            host = self._grown(row_keys, tables, counts, offsets, pages) if row_keys is not None else None
-            grown = host is not None
-            if host is None:
-                host = host_csr(tables, counts, self.block_size, offsets)
-                grown = self._host is not None and grew_from(self._host, host)
+            host = host_csr(tables, num_tokens, self.block_size, first_page_offset)
+            grown = self._host is not None and grew_from(self._host, host)
             self._structure = PageStructure(self._structure if grown else None)
             self._key, self._host, self._device = key, host, None
-            self._row_keys = None if row_keys is None else list(row_keys)
         else:
             counts = np.asarray(num_tokens, np.int64)
             pages = np.diff(self._host.indptr)
             if ((counts + self.block_size - 1) // self.block_size != pages).any():
                 raise ValueError("token counts changed the page count under an unchanged key")
-            host = HostCsr(self._host.indptr, self._host.indices, last_page_lengths(counts, pages, self.block_size),
+            last = (counts - (pages - 1) * self.block_size).astype(np.int32)
+            host = HostCsr(self._host.indptr, self._host.indices, last,
                            self._host.first_page_offset, self.block_size)
         view = PagedCsrView.from_host(host, self._structure, self._device)
         self._device = (view.indptr, view.indices, view.first_page_offset)
         return view
-
-    def _grown(self, row_keys: Sequence[Hashable], tables: Sequence[np.ndarray], counts: np.ndarray,
-               offsets: np.ndarray, pages: np.ndarray) -> HostCsr | None:
-        """The last layout with each row's new pages appended, or None unless
-        this one grew from it (grew_from's test, done on the rows whose key
-        changed: a row under the same key holds the same table)."""
-        old, old_keys = self._host, self._row_keys
-        if old is None or old_keys is None or len(row_keys) != old.num_rows or not np.array_equal(
-                offsets, old.first_page_offset):
-            return None
-        old_pages = np.diff(old.indptr)
-        added = pages - old_pages
-        if (added < 0).any():
-            return None
-        starts = old.indptr.tolist()
-        for row, (was, now) in enumerate(zip(old_keys, row_keys)):
-            if was != now and not np.array_equal(tables[row][:starts[row + 1] - starts[row]],
-                                                 old.indices[starts[row]:starts[row + 1]]):
-                return None
-        rows = np.flatnonzero(added).tolist()
-        new_pages = (np.concatenate([tables[r][old_pages[r]:pages[r]] for r in rows]) if rows
-                     else np.zeros(0, np.int32))
-        indptr, indices = with_pages_appended(old.indptr, old.indices, added, new_pages)
-        return HostCsr(indptr, indices, last_page_lengths(counts, pages, self.block_size), offsets, self.block_size)
