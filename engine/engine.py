@@ -326,6 +326,7 @@ class Engine:
     def _postprocess(self, inflight: InFlight, tokens: list[int], logprobs: list[float] | None,
                      top_ids: list[list[int]] | None, top_logprobs: list[list[float]] | None) -> None:
         now = time.perf_counter()
+        read, gaps = 0, []   # the step's tokens and inter-token gaps, counted at once (before any finish)
         for seq in inflight.batch.seqs:
             row = inflight.rows.get(seq.id)
             if row is None or seq.is_finished:   # a middle prefill chunk, or ended since its launch
@@ -338,18 +339,26 @@ class Engine:
                 seq.first_token_at = now
                 self.metrics.first_token(seq)
             else:
-                self.metrics.inter_token_latency.observe(now - seq.last_token_at)
+                gaps.append(now - seq.last_token_at)
             seq.last_token_at = now
-            self.metrics.completion_tokens.inc()
+            read += 1
             wanted = seq.params.logprobs
             if wanted is not None:
                 top = tuple(zip(top_ids[row][:wanted], top_logprobs[row][:wanted])) if wanted else ()
                 seq.logprobs.append(TokenLogprob(logprobs[row], top))
             reason = self._stop_reason(seq, token)
             if reason:
+                read, gaps = self._count_tokens(read, gaps)
                 self._finish(seq, reason, token=token)
             else:
                 self._emit(seq, token, None)
+        self._count_tokens(read, gaps)
+
+    def _count_tokens(self, read: int, gaps: list[float]) -> tuple[int, list[float]]:
+        if read:
+            self.metrics.completion_tokens.inc(read)
+        self.metrics.inter_token_latency.observe(gaps)
+        return 0, []
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         p = seq.params

@@ -11,11 +11,16 @@ outcome the runner hands back, and each request's figures when it finishes.
 
 from __future__ import annotations
 
+import math
+import threading
+
 import mlx.core as mx
+import numpy as np
 import prometheus_client
 from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, CollectorRegistry, Counter, Histogram, Info,
                                ProcessCollector)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from .decode_plan import CASCADE, CASCADE_FALLBACK, GATHER, DecodeOutcome
 from .pool import dtype_name
@@ -76,9 +81,9 @@ class EngineMetrics:
                                           buckets=STEP_BUCKETS)
         self.request_ttft = Histogram("mlxcel_request_ttft_seconds", "Time from submission to first token",
                                       registry=self.registry, buckets=TTFT_BUCKETS)
-        self.inter_token_latency = Histogram(
+        self.inter_token_latency = BatchHistogram(
             "mlxcel_inter_token_latency_seconds", "Time between a request's consecutive tokens reaching the host",
-            registry=self.registry, buckets=INTER_TOKEN_BUCKETS)
+            self.registry, INTER_TOKEN_BUCKETS)
         self.e2e_latency = Histogram("mlxcel_e2e_request_latency_seconds",
                                      "Time from submission to finish of finished requests",
                                      registry=self.registry, buckets=REQUEST_BUCKETS)
@@ -153,6 +158,38 @@ class EngineMetrics:
             self.cascade_kv_bytes_saved.inc(outcome.kv_bytes_saved * launches)
         elif outcome.kind == CASCADE_FALLBACK:
             self.cascade_failures.inc(launches)
+
+
+class BatchHistogram:
+    """A histogram observed a batch of samples at a time (a decode step's,
+    one per row), exposed as prometheus_client's Histogram is (its buckets,
+    +Inf, _count, _sum summed sample by sample): that one takes a lock and
+    searches the buckets once per sample."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry, buckets: tuple[float, ...]):
+        self.name, self.documentation = name, documentation
+        self._bounds = np.array([*buckets, math.inf])
+        self._labels = [floatToGoString(b) for b in self._bounds]
+        self._counts = np.zeros(len(self._bounds), np.int64)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, values: list[float]) -> None:
+        if not values:
+            return
+        # A sample falls in the first bucket whose bound it does not exceed.
+        counts = np.bincount(np.searchsorted(self._bounds, values), minlength=len(self._bounds))
+        with self._lock:
+            self._counts += counts
+            for value in values:
+                self._sum += value
+
+    def collect(self):
+        with self._lock:
+            cumulative, total = np.cumsum(self._counts).tolist(), self._sum
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=list(zip(self._labels, cumulative)),
+                                    sum_value=total)
 
 
 class _EngineCollector:

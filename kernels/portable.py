@@ -86,6 +86,13 @@ def requested_width(chunk_pages: int | None) -> int | None:
 
 def build_tiles(host: HostCsr, width: int) -> PageTiles:
     pages = host.num_pages().astype(np.int64)
+    if len(pages) and width >= pages.max() and pages.min() > 0:
+        return row_tiles(host, pages, width)
+    return split_tiles(host, pages, width)
+
+
+def split_tiles(host: HostCsr, pages: np.ndarray, width: int) -> PageTiles:
+    """Each row cut into tiles of ``width`` pages (rows without pages get none)."""
     tiles_per_row = -(-pages // width)
     row_indptr = np.zeros(len(pages) + 1, np.int64)
     np.cumsum(tiles_per_row, out=row_indptr[1:])
@@ -107,6 +114,25 @@ def build_tiles(host: HostCsr, width: int) -> PageTiles:
         holds_last=mx.array(last.astype(np.int32)),
         row_indptr=row_indptr,
         one_per_row=bool((tiles_per_row == 1).all()),
+    )
+
+
+def row_tiles(host: HostCsr, pages: np.ndarray, width: int) -> PageTiles:
+    """split_tiles where every row is one tile (a private level's or a flat
+    step's usual case), in fewer host ops: it runs whenever a layout grows."""
+    rows = len(pages)
+    column = np.arange(width)
+    start = host.indptr[:-1, None]
+    position = np.where(column < pages[:, None], start + column, start)
+    return PageTiles(
+        width=width,
+        pages=mx.array(host.indices[position].astype(np.int32, copy=False)[:, None, :]),
+        tile_row=mx.arange(rows, dtype=mx.int32),
+        first_slot=mx.array(host.first_page_offset.astype(np.int32)),
+        full_slots=mx.array((pages * host.block_size).astype(np.int32)),
+        holds_last=mx.ones((rows,), dtype=mx.int32),
+        row_indptr=np.arange(rows + 1, dtype=np.int64),
+        one_per_row=True,
     )
 
 

@@ -395,6 +395,66 @@ def test_row_keys_reuse_unchanged_rows_and_give_the_same_layout():
     assert a.pages(0).tolist() == [5, 6, 9, 23] and a.pages(1).tolist() == [5, 7, 21, 22]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_row_keys_layouts_match_a_full_rebuild_over_random_steps(seed):
+    # Sessions decode a token a step (some cross into a fresh page), and now
+    # and then one is preempted (new pages), finishes, joins, or re-adopts
+    # the same pages under a new version; a table may hold a page more than
+    # its tokens need. The keyed builder (each row's table converted once
+    # while its key holds) must give a plain build's arrays and lineage.
+    gen = np.random.default_rng(seed)
+    bs = 4
+    fresh = iter(range(1000, 100000))
+    shared = [next(fresh) for _ in range(3)]
+
+    def session(sid):
+        tokens = int(gen.integers(1, 4 * bs))
+        table = shared[:int(gen.integers(0, 4))] + [next(fresh) for _ in range(4)]
+        return {"id": sid, "version": 0, "tokens": tokens, "table": table[:-(-tokens // bs) + int(gen.integers(0, 2))]}
+
+    rows = [session(i) for i in range(5)]
+    rows = [r for r in rows if len(r["table"]) * bs >= r["tokens"]] or [session(99)]
+    for r in rows:
+        r["table"] += [next(fresh) for _ in range(-(-r["tokens"] // bs) - len(r["table"]))]
+    keyed, plain = CsrBuilder(bs), CsrBuilder(bs)
+    kinds = set()
+    last = None
+    for step in range(60):
+        for r in rows:
+            r["tokens"] += 1
+            if len(r["table"]) * bs < r["tokens"]:
+                r["table"] = r["table"] + [next(fresh)]
+                r["version"] += 1
+        event = gen.integers(0, 10)
+        victim = rows[int(gen.integers(0, len(rows)))]
+        if event == 0:                                   # preempted and recomputed: other pages
+            victim["table"] = [next(fresh) for _ in victim["table"]]
+            victim["version"] += 1
+        elif event == 1 and len(rows) > 1:               # finished
+            rows.remove(victim)
+        elif event == 2:                                 # joined
+            rows.append(session(100 + step))
+            rows[-1]["table"] += [next(fresh) for _ in range(-(-rows[-1]["tokens"] // bs) - len(rows[-1]["table"]))]
+        elif event == 3:                                 # the same pages under a new version
+            victim["table"] = list(victim["table"])
+            victim["version"] += 1
+        row_keys = [(r["id"], r["version"]) for r in rows]
+        tables, tokens = [r["table"] for r in rows], [r["tokens"] for r in rows]
+        key = (tuple(row_keys), tuple(-(-t // bs) for t in tokens))   # a page count moves the key too
+        a = keyed.build(key, tables, tokens, row_keys=row_keys)
+        b = plain.build(key, tables, tokens)
+        for name in ("indptr", "indices", "last_page_len", "first_page_offset"):
+            np.testing.assert_array_equal(getattr(a.host, name), getattr(b.host, name))
+            assert getattr(a.host, name).dtype == np.int32
+        np.testing.assert_array_equal(np.array(a.indices), b.host.indices)
+        if last is not None:
+            grown = a.structure.lineage is last[0].structure.lineage
+            assert grown == (b.structure.lineage is last[1].structure.lineage)
+            kinds.add(grown)
+        last = a, b
+    assert kinds == {True, False}                        # layouts that grew and layouts that did not
+
+
 def test_a_private_suffix_growing_by_a_page_keeps_the_level_launches(rng, monkeypatch):
     # Staggered sessions cross page boundaries on different steps: the new
     # layout has the same spans, so only the private level is prepared again.

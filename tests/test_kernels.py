@@ -69,6 +69,24 @@ def test_explicit_chunk_sizes_match_reference(rng, chunk_pages):
     assert_matches_reference(case, o, lse)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_one_tile_per_row_gives_the_split_tiles_arrays(seed):
+    gen = np.random.default_rng(seed)
+    rows = int(gen.integers(1, 9))
+    pages = gen.integers(1, 7, rows)
+    tables = [gen.permutation(200)[:n].tolist() for n in pages]
+    offsets = gen.integers(0, 8, rows)
+    host = host_csr(tables, [(n - 1) * 16 + int(gen.integers(9, 17)) for n in pages], 16, offsets)
+    for width in (int(pages.max()), int(pages.max()) + 3):
+        fast, split = portable.row_tiles(host, pages, width), portable.split_tiles(host, pages, width)
+        assert fast.width == split.width and fast.one_per_row and split.one_per_row
+        np.testing.assert_array_equal(fast.row_indptr, split.row_indptr)
+        for name in ("pages", "tile_row", "first_slot", "full_slots", "holds_last"):
+            a, b = getattr(fast, name), getattr(split, name)
+            assert a.dtype == b.dtype == mx.int32 and a.shape == b.shape
+            np.testing.assert_array_equal(np.array(a), np.array(b))
+
+
 def test_chunk_env_override(rng, monkeypatch):
     monkeypatch.setenv("MLXCEL_CHUNK_PAGES", "5")
     case = long_row_case(rng)

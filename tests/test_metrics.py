@@ -9,12 +9,15 @@ import logging
 import threading
 
 import httpx
+import numpy as np
 import openai
 import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from serving import running_server
 
 from mlxcel.engine.builtin_models import TINY_MODEL_NAME
+from mlxcel.engine.metrics import INTER_TOKEN_BUCKETS, BatchHistogram
 from mlxcel.engine.sequence import SamplingParams
 
 HISTOGRAMS = ("mlxcel_e2e_request_latency_seconds", "mlxcel_inter_token_latency_seconds",
@@ -33,6 +36,23 @@ def scrape(base) -> dict:
 def value(families, name, suffix="", **labels):
     return sum(s.value for s in families[name].samples
                if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_a_batch_histogram_exposes_what_prometheus_clients_histogram_does():
+    # Random gaps in batches of a step's size, bounds hit exactly among them:
+    # the same text, byte for byte, as one observe() per sample.
+    gen = np.random.default_rng(0)
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    batch = BatchHistogram("gaps_seconds", "Gaps", ours, INTER_TOKEN_BUCKETS)
+    plain = Histogram("gaps_seconds", "Gaps", registry=theirs, buckets=INTER_TOKEN_BUCKETS)
+    for _ in range(20):
+        values = np.exp(gen.uniform(-9, 3, int(gen.integers(0, 33)))).tolist()
+        values += gen.choice(INTER_TOKEN_BUCKETS, 2).tolist()
+        batch.observe(values)
+        for v in values:
+            plain.observe(v)
+    text = generate_latest(ours)
+    assert text == generate_latest(theirs) and b'le="0.005"} 0' not in text   # every bucket filled
 
 
 @pytest.fixture
