@@ -86,7 +86,7 @@ class HeadLayout:
     warps_m: int      # a power of two, at most the block's warps
     groups: int       # head groups per (tile, KV head)
     warps: int        # the block's warps
-    warpgroup: bool = False   # the block is one warpgroup MMA's 64 rows (a CUDA stacked level's kernel)
+    warpgroup: bool = False   # warpgroups of 64 rows run the block (a CUDA stacked level on warpgroup MMA)
 
 
 def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadLayout:
