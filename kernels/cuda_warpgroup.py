@@ -60,12 +60,13 @@ __device__ __forceinline__ void scores_mma(float (&d)[32], uint64_t a, uint64_t 
 """
 
 
-def _values_mma() -> str:
-    """m64nNk16, A from registers (4 words), B transposed from shared memory: d += A B."""
+def _register_mma(name: str, ns: tuple[int, ...], transpose_b: int) -> str:
+    """m64nNk16, A from registers (4 words), B from shared memory (K-major, or MN-major where transposed):
+    d += A B."""
     branches = []
-    for n in (64, 128):
+    for n in ns:
         count = n // 2
-        a = f"{{%{count}, %{count + 1}, %{count + 2}, %{count + 3}}}, %{count + 4}, p, 1, 1, 1;"
+        a = f"{{%{count}, %{count + 1}, %{count + 2}, %{count + 3}}}, %{count + 4}, p, 1, 1, {transpose_b};"
         inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)'
         bf16, f16 = (_asm(f"m64n{n}k16", ptx, count, a, inputs, count + 5) for ptx in ("bf16", "f16"))
         branches.append(f"""if constexpr (N == {n}) {{
@@ -77,11 +78,14 @@ def _values_mma() -> str:
   }}""")
     return f"""
 template <typename T, int N>
-__device__ __forceinline__ void values_mma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {{
+__device__ __forceinline__ void {name}(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {{
   {" else ".join(branches)}
 }}
 """
 
+
+# The skinny matmul's block widths (cuda_matmul): a weight row is a column of B.
+PROJECTION_COLUMNS = (16, 32, 48, 64, 96, 128)
 
 WARPGROUP_HEADER = r"""
 namespace mlxcel {
@@ -120,7 +124,8 @@ __device__ __forceinline__ uint32_t swizzled(int row, int piece, int block_bytes
   return (piece >> 3) * block_bytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
-""" + _scores_mma() + _values_mma() + r"""
+""" + _scores_mma() + _register_mma("values_mma", (64, 128), 1) + _register_mma(
+    "projection_mma", PROJECTION_COLUMNS, 0) + r"""
 }  // namespace mlxcel
 """
 
