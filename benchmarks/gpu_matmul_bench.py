@@ -11,8 +11,8 @@ includes the small kernels that order each call after the last).
 Each skinny result is checked against float64 first (max error over the
 output's scale). Each kernel's picked launch runs again with the epilogue the
 engine folds into that projection (FOLDED; checked against the other kernel's).
-``--sweep`` times every warpgroup launch shape in SWEEP at 32 rows besides the
-picked ones. Needs CUDA and torch; writes matmul.json and matmul.md.
+``--sweep`` times the warpgroup kernel's picked width at every chunk size and
+ring depth in SWEEP at 32 rows. Needs CUDA and torch; writes matmul.json and matmul.md.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "dow
 # What the engine folds into each projection's launch.
 FOLDED = {"qkv": Epilogue(norm=True), "o": Epilogue(add=True), "gate_up": Epilogue(norm=True, swiglu=True),
           "down": Epilogue(add=True)}
-SWEEP = [(n, st) for n in (2, 4, 6, 8, 12, 16) for st in (4, 6, 8, 12)]    # the warpgroup kernel's
+SWEEP = [(kb, st) for kb in (1, 2) for st in (4, 6, 9)]   # the warpgroup kernel's, its picked width
 L2_BYTES = 50 << 20
 MAX_ERROR = 2.0**-6     # of the output's scale: bf16 rounding (2^-9) and float32 sums, with room
 
@@ -70,17 +70,16 @@ def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
 
 def label(tiles: Tiles | WarpgroupTiles) -> str:
     if isinstance(tiles, WarpgroupTiles):
-        return f"warpgroup {tiles.n_tiles}x{tiles.stages}"
+        return f"warpgroup {tiles.n_tiles}x{tiles.k_blocks}x{tiles.stages}"
     return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
 
 
-def folded_call(name: str, tiles_for, weights: list, copies: int, n: int, k: int, rows: int):
-    """The projection as the engine launches it over ``rows`` rows, its epilogue (FOLDED) in the launch."""
+def folded_call(name: str, tiles_for, weights: list, copies: int, n: int, g: mx.array, residual: mx.array,
+                rows: int):
+    """The projection as the engine launches it over ``rows`` rows, its epilogue (FOLDED) in the launch:
+    the norm's weight ``g``, ``residual``."""
     epilogue = FOLDED[name]
-    g = mx.random.uniform(0.5, 1.5, (k,)).astype(mx.bfloat16)
-    residual = mx.random.normal((rows, 1, n)).astype(mx.bfloat16) if epilogue.add else None
     tiles = tiles_for(rows, n, epilogue)
-    mx.eval(g, residual)
 
     def call(x, i):
         return skinny_matmul(x, weights[i % copies], tiles, norm=(g, 1e-6) if epilogue.norm else None,
@@ -120,14 +119,17 @@ def main() -> None:
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
             configs = list(picks)
             if args.sweep and rows == 32:
-                m = picks[1].m_tiles
-                sweep = [WarpgroupTiles(m, *c) for c in SWEEP]
+                m, n_tiles = picks[1].m_tiles, picks[1].n_tiles
+                sweep = [WarpgroupTiles(m, n_tiles, *c) for c in SWEEP]
                 configs += [tiles for tiles in sweep if tiles.shared_bytes() <= SHARED_LIMIT]
             for tiles in dict.fromkeys(configs):
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
+            g = mx.random.uniform(0.5, 1.5, (k,)).astype(mx.bfloat16)
+            residual = mx.random.normal((rows, 1, n)).astype(mx.bfloat16) if FOLDED[name].add else None
+            mx.eval([a for a in (g, residual) if a is not None])
             folded = {}
             for kernel, tiles_for in (("skinny", mma_tiles_for), ("warpgroup", warpgroup_tiles_for)):
-                folded[f"{kernel}, folded"] = folded_call(name, tiles_for, weights, copies, n, k, rows)
+                folded[f"{kernel}, folded"] = folded_call(name, tiles_for, weights, copies, n, g, residual, rows)
             folded_want = as64(next(iter(folded.values()))(x, 0))
             for arm, call in [*arms.items(), *folded.items()]:
                 err = error(call(x, 0), folded_want if arm in folded else want)

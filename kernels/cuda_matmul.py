@@ -361,21 +361,24 @@ class Tiles:
 @dataclass(frozen=True)
 class WarpgroupTiles:
     """The warpgroup kernel's launch (cuda_warpgroup_matmul): x's rows in 16-row tiles, the block's weight
-    rows (the MMA's N) in 8-row tiles, a ring of ``stages`` chunks."""
+    rows (the MMA's N) in 8-row tiles, chunks of ``k_blocks`` x 64 k, a ring of ``stages`` chunks."""
 
     m_tiles: int
     n_tiles: int = 8
-    stages: int = 8
+    k_blocks: int = 2
+    stages: int = 6
 
     FUNCTION = "warpgroup_matmul"
-    CONSTANTS = "M_TILES, N_TILES, STAGES"
+    CONSTANTS = "M_TILES, N_TILES, K_BLOCKS, STAGES"
     threads = 128
 
     def template(self) -> list[tuple[str, int]]:
-        return [("M_TILES", self.m_tiles), ("N_TILES", self.n_tiles), ("STAGES", self.stages)]
+        return [("M_TILES", self.m_tiles), ("N_TILES", self.n_tiles), ("K_BLOCKS", self.k_blocks),
+                ("STAGES", self.stages)]
 
     def stage_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
-        return self.n_tiles * 8 * 128 + self.m_tiles * 16 * 144 + 128 * epilogue.norm
+        return self.k_blocks * (self.n_tiles * 8 * 128 + 128 * epilogue.norm) + self.m_tiles * 16 * (
+            self.k_blocks * 128 + 16)
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
         return 1024 + self.stages * self.stage_bytes(epilogue)    # 1024: the ring's alignment
@@ -389,14 +392,11 @@ MAX_STAGES = 12
 
 def warpgroup_tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> WarpgroupTiles:
     """The warpgroup launch for ``rows`` x ``n``: the widest block of 64, 48 or 32 weight rows whose blocks
-    fill the most of the SMs' waves, and as many chunks in flight as the shared memory holds (<= MAX_STAGES)
-    for the blocks an SM runs at once: one where they make one wave, two where they make more (one's
-    start and end then overlap the other's streaming)."""
+    fill the most of the SMs' waves, chunks of 128 k, and as many in flight as one block's shared memory
+    holds (<= MAX_STAGES)."""
     n_tiles = max((8, 6, 4), key=lambda tiles: (round(filled(n, 8 * tiles), 2), tiles))
     tiles = WarpgroupTiles(-(-rows // 16), n_tiles)
-    resident = 1 if tiles.blocks(n) <= SMS else 2
-    budget = SHARED_LIMIT // resident - (1 << 10) * (resident - 1)     # each block reserves 1 KB of the SM's
-    stages = min(MAX_STAGES, (budget - 1024) // tiles.stage_bytes(epilogue))
+    stages = min(MAX_STAGES, (SHARED_LIMIT - 1024) // tiles.stage_bytes(epilogue))
     return replace(tiles, stages=stages)
 
 

@@ -103,8 +103,15 @@ __device__ __forceinline__ void mma_fence() {
 __device__ __forceinline__ void mma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+template <int PENDING = 0>
 __device__ __forceinline__ void mma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(PENDING) : "memory");
+}
+// Registers an MMA still reads (its A operand) are kept as they are until here.
+template <int N>
+__device__ __forceinline__ void keep_live(uint32_t (&a)[N][4]) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" :: "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
 }
 // After the wait: the accumulators are read as the MMA left them, never
 // from before it (the compiler does not know the MMA runs asynchronously).
