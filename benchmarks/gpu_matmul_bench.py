@@ -9,10 +9,8 @@ every call reads its weight from memory), the bandwidth that makes, and the
 host's encode time per call (``mx.async_eval`` of the chain, unprofiled; it
 includes the small kernels that order each call after the last).
 Each skinny result is checked against float64 first (max error over the
-output's scale). Each kernel's picked launch runs again with the epilogue the
-engine folds into that projection (FOLDED; checked against the other kernel's).
-``--sweep`` times the warpgroup kernel's picked width at every chunk size and
-ring depth in SWEEP at 32 rows. Needs CUDA and torch; writes matmul.json and matmul.md.
+output's scale). ``--sweep`` times every launch shape in SWEEP at 32 rows
+besides the one ``tiles_for`` picks. Needs CUDA and torch; writes matmul.json and matmul.md.
 """
 
 from __future__ import annotations
@@ -27,14 +25,10 @@ import numpy as np
 
 from gpu_attention_bench import depend
 from gpu_timeline import complete_events
-from mlxcel.kernels.cuda_matmul import (SHARED_LIMIT, Epilogue, Tiles, WarpgroupTiles, mma_tiles_for, skinny_matmul,
-                                        warpgroup_tiles_for)
+from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, skinny_matmul, tiles_for
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
-# What the engine folds into each projection's launch.
-FOLDED = {"qkv": Epilogue(norm=True), "o": Epilogue(add=True), "gate_up": Epilogue(norm=True, swiglu=True),
-          "down": Epilogue(add=True)}
-SWEEP = [(kb, st) for kb in (1, 2) for st in (4, 6, 9)]   # the warpgroup kernel's, its picked width
+SWEEP = [(n, w, st) for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
 L2_BYTES = 50 << 20
 MAX_ERROR = 2.0**-6     # of the output's scale: bf16 rounding (2^-9) and float32 sums, with room
 
@@ -68,23 +62,8 @@ def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
     return sum(e["dur"] for e in kernels) / chain, encode, sorted({e["name"][:80] for e in kernels})
 
 
-def label(tiles: Tiles | WarpgroupTiles) -> str:
-    if isinstance(tiles, WarpgroupTiles):
-        return f"warpgroup {tiles.n_tiles}x{tiles.k_blocks}x{tiles.stages}"
+def label(tiles: Tiles) -> str:
     return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
-
-
-def folded_call(name: str, tiles_for, weights: list, copies: int, n: int, g: mx.array, residual: mx.array,
-                rows: int):
-    """The projection as the engine launches it over ``rows`` rows, its epilogue (FOLDED) in the launch:
-    the norm's weight ``g``, ``residual``."""
-    epilogue = FOLDED[name]
-    tiles = tiles_for(rows, n, epilogue)
-
-    def call(x, i):
-        return skinny_matmul(x, weights[i % copies], tiles, norm=(g, 1e-6) if epilogue.norm else None,
-                             residual=residual, swiglu=epilogue.swiglu)
-    return call
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -114,35 +93,26 @@ def main() -> None:
         w64 = as64(weights[0])
         for rows in args.rows:
             x = mx.random.normal((rows, 1, k)).astype(mx.bfloat16)
-            picks = [mma_tiles_for(rows, n), warpgroup_tiles_for(rows, n)]
+            picked = tiles_for(rows, n)
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
-            configs = list(picks)
-            if args.sweep and rows == 32:
-                m, n_tiles = picks[1].m_tiles, picks[1].n_tiles
-                sweep = [WarpgroupTiles(m, n_tiles, *c) for c in SWEEP]
-                configs += [tiles for tiles in sweep if tiles.shared_bytes() <= SHARED_LIMIT]
-            for tiles in dict.fromkeys(configs):
+            configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in SWEEP if Tiles(picked.m_tiles, *c) != picked
+                                   and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT]
+                                  if args.sweep and rows == 32 else [])
+            for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
-            g = mx.random.uniform(0.5, 1.5, (k,)).astype(mx.bfloat16)
-            residual = mx.random.normal((rows, 1, n)).astype(mx.bfloat16) if FOLDED[name].add else None
-            mx.eval([a for a in (g, residual) if a is not None])
-            folded = {}
-            for kernel, tiles_for in (("skinny", mma_tiles_for), ("warpgroup", warpgroup_tiles_for)):
-                folded[f"{kernel}, folded"] = folded_call(name, tiles_for, weights, copies, n, g, residual, rows)
-            folded_want = as64(next(iter(folded.values()))(x, 0))
-            for arm, call in [*arms.items(), *folded.items()]:
-                err = error(call(x, 0), folded_want if arm in folded else want)
+            for arm, call in arms.items():
+                err = error(call(x, 0), want)
                 assert err < MAX_ERROR, f"{name} x {rows} rows, {arm}: max error {err:.2e} of the output's scale"
                 gpu_us, encode_us, names = gpu_time(call, x, args.chain)
                 row = {"kernels": names, "shape": name, "n": n, "k": k, "rows": rows, "arm": arm, "gpu_us": gpu_us,
                        "tb_s": n * k * 2 / gpu_us / 1e6, "floor_us": floor_us, "encode_us": encode_us,
-                       "max_error": err, "picked": arm in {label(t) for t in picks}}
+                       "max_error": err, "picked": arm == label(picked)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     (args.out / "matmul.json").write_text(json.dumps({"device": mx.device_info().get("device_name", ""),
                                                        "results": results}, indent=1))
-    lines = ["| shape | rows | arm (n tiles x warps x stages, or x stages) | GPU us | TB/s | floor us (4.8 TB/s) "
+    lines = ["| shape | rows | arm (n tiles x warps x stages) | GPU us | TB/s | floor us (4.8 TB/s) "
              "| encode us | max error |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:

@@ -47,24 +47,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
-import os
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
-from .cuda import HEADER, float_bits, hopper, make_kernel
-from .cuda_warpgroup import WARPGROUP_HEADER
-from .cuda_warpgroup_matmul import WARPGROUP_MATMUL
+from .cuda import HEADER, float_bits, make_kernel
 from .fused import compact_source
-
-log = logging.getLogger(__name__)
 
 DTYPES = (mx.bfloat16, mx.float16)
 CHUNK = 64          # k per warp iteration: a 128-byte line of each weight row, four k16 products
 MAX_ROWS = 64       # more rows (a prefill chunk) go to cuBLAS, whose plan is then a small part of the work
 
-LIBRARY = HEADER + WARPGROUP_HEADER + r"""
+LIBRARY = HEADER + r"""
 namespace mlxcel_matmul {
 
 // 16 bytes global -> shared, asynchronously (L2 only: nothing here is read twice by one SM); zeros where
@@ -289,11 +283,9 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
 }
 
 }  // namespace mlxcel_matmul
-""" + WARPGROUP_MATMUL
+"""
 
 SHARED_LIMIT = 227 << 10     # an H100's / H200's shared memory a block may opt into
-SMS = 132                    # an H200's multiprocessors
-KERNEL_ENV = "MLXCEL_SKINNY_KERNEL"
 
 
 @dataclass(frozen=True)
@@ -308,44 +300,26 @@ class Epilogue:
     def inputs(self) -> list[str]:
         return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add
 
-    def call(self, function: str, tiles: str) -> str:
-        """The launch's call of ``function`` (a kernel of the library), ``tiles`` its launch-shape constants."""
+    def call(self) -> str:
         norm = "norm_weight" if self.norm else "(const T*)nullptr"
         residual = "residual" if self.add else "(const T*)nullptr"
-        return (f"mlxcel_matmul::{function}<T, {tiles}, {str(self.norm).lower()}, {str(self.add).lower()}, "
-                f"{str(self.swiglu).lower()}, EPS_BITS>(x, x_shape, x_ndim, w, {norm}, {residual}, y, w_shape[0], "
-                f"w_shape[1]);")
+        return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS>(x, x_shape, x_ndim, w, {norm}, "
+                f"{residual}, y, w_shape[0], w_shape[1]);")
 
 
 PRODUCT = Epilogue()
 
 
-def filled(n: int, columns: int) -> float:
-    """How much of the SMs' waves blocks of ``columns`` weight rows over ``n`` fill (a block takes an SM's
-    shared memory: an SM left out of the last wave idles)."""
-    blocks = -(-n // columns)
-    return blocks / (-(-blocks // SMS) * SMS)
-
-
 @dataclass(frozen=True)
 class Tiles:
-    """The mma.sync kernel's launch: rows in 16-row tiles, a block's columns in 8-column tiles, the block's
-    warps splitting K, each with a ring of ``stages`` chunks in flight."""
+    """A launch's shape: rows in 16-row tiles, a block's columns in 8-column tiles, the block's warps
+    splitting K, each with a ring of ``stages`` chunks in flight."""
 
     m_tiles: int
     n_tiles: int = 8
     warps: int = 4
     stages: int = 3
-
-    FUNCTION = "skinny_matmul"
-    CONSTANTS = "M_TILES, N_TILES, WARPS, STAGES"
-
-    def template(self) -> list[tuple[str, int]]:
-        return [("M_TILES", self.m_tiles), ("N_TILES", self.n_tiles), ("WARPS", self.warps), ("STAGES", self.stages)]
-
-    @property
-    def threads(self) -> int:
-        return self.warps * 32
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
         ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles + epilogue.norm) * 32 * 16
@@ -358,56 +332,22 @@ class Tiles:
         return -(-n // (8 * self.n_tiles))
 
 
-@dataclass(frozen=True)
-class WarpgroupTiles:
-    """The warpgroup kernel's launch (cuda_warpgroup_matmul): x's rows in 16-row tiles, the block's weight
-    rows (the MMA's N) in 8-row tiles, chunks of ``k_blocks`` x 64 k, a ring of ``stages`` chunks."""
-
-    m_tiles: int
-    n_tiles: int = 8
-    k_blocks: int = 2
-    stages: int = 6
-
-    FUNCTION = "warpgroup_matmul"
-    CONSTANTS = "M_TILES, N_TILES, K_BLOCKS, STAGES"
-    threads = 128
-
-    def template(self) -> list[tuple[str, int]]:
-        return [("M_TILES", self.m_tiles), ("N_TILES", self.n_tiles), ("K_BLOCKS", self.k_blocks),
-                ("STAGES", self.stages)]
-
-    def stage_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
-        return self.k_blocks * (self.n_tiles * 8 * 128 + 128 * epilogue.norm) + self.m_tiles * 16 * (
-            self.k_blocks * 128 + 16)
-
-    def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
-        return 1024 + self.stages * self.stage_bytes(epilogue)    # 1024: the ring's alignment
-
-    def blocks(self, n: int) -> int:
-        return -(-n // (8 * self.n_tiles))
+SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
 
 
-MAX_STAGES = 12
+def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
+    """The launch for ``rows`` x ``n``: the widest block of 64, 48 or 32 columns whose blocks fill the most
+    of the SMs' waves (a block takes an SM's shared memory: an SM left out of the last wave idles), 4 warps,
+    or 8 at 32 columns; each warp a ring of 3 chunks. At 32 rows the 64- and 32-column shapes are the
+    sweep's best for gate/up, o and down (gpu_matmul_bench.py --sweep on an H200), and q/k/v's 96 blocks
+    of 64 columns left 36 SMs idle. Where the rows' pieces would overfill the shared memory, fewer warps
+    first (each keeps its chunks in flight), then fewer stages. The norm's operands and squares take
+    registers: past 32 rows it gets 32 columns (else it spills)."""
+    def filled(n_tiles: int) -> float:
+        blocks = -(-n // (8 * n_tiles))
+        return blocks / (-(-blocks // SMS) * SMS)
 
-
-def warpgroup_tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> WarpgroupTiles:
-    """The warpgroup launch for ``rows`` x ``n``: the widest block of 64, 48 or 32 weight rows whose blocks
-    fill the most of the SMs' waves, chunks of 128 k, and as many in flight as one block's shared memory
-    holds (<= MAX_STAGES)."""
-    n_tiles = max((8, 6, 4), key=lambda tiles: (round(filled(n, 8 * tiles), 2), tiles))
-    tiles = WarpgroupTiles(-(-rows // 16), n_tiles)
-    stages = min(MAX_STAGES, (SHARED_LIMIT - 1024) // tiles.stage_bytes(epilogue))
-    return replace(tiles, stages=stages)
-
-
-def mma_tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
-    """The mma.sync launch for ``rows`` x ``n``: the widest block of 64, 48 or 32 columns whose blocks fill
-    the most of the SMs' waves, 4 warps, or 8 at 32 columns; each warp a ring of 3 chunks. At 32 rows the 64-
-    and 32-column shapes are the sweep's best for gate/up, o and down (gpu_matmul_bench.py --sweep on an
-    H200), and q/k/v's 96 blocks of 64 columns left 36 SMs idle. Where the rows' pieces would overfill the
-    shared memory, fewer warps first (each keeps its chunks in flight), then fewer stages. The norm's
-    operands and squares take registers: past 32 rows it gets 32 columns (else it spills)."""
-    n_tiles = max((8, 6, 4), key=lambda tiles: (round(filled(n, 8 * tiles), 2), tiles))
+    n_tiles = max((8, 6, 4), key=lambda tiles: (round(filled(tiles), 2), tiles))
     tiles = Tiles(-(-rows // 16), n_tiles=n_tiles, warps=8 if n_tiles == 4 else 4)
     if epilogue.norm and tiles.m_tiles * tiles.n_tiles > 16:
         tiles = replace(tiles, n_tiles=4)
@@ -416,27 +356,12 @@ def mma_tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
     return tiles
 
 
-def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles | WarpgroupTiles:
-    """The launch for ``rows`` x ``n``: the warpgroup kernel's on Hopper (unless ``KERNEL_ENV`` asks for
-    mma), else the mma.sync kernel's."""
-    return (warpgroup_tiles_for if warpgroup_kernel() else mma_tiles_for)(rows, n, epilogue)
-
-
-@functools.cache   # read once a process: the choice is the device's and the user's, not a step's
-def warpgroup_kernel() -> bool:
-    """Whether the projections run on the warpgroup kernel: a Hopper device, ``KERNEL_ENV`` not ``mma``."""
-    choice = os.environ.get(KERNEL_ENV, "").strip().lower()
-    if choice not in ("", "mma", "warpgroup"):
-        log.warning("%s=%r: expected mma or warpgroup, using the default", KERNEL_ENV, choice)
-    return choice != "mma" and hopper()
-
-
 @functools.lru_cache(maxsize=None)
-def kernel_for(epilogue: Epilogue, kind: type, shared_bytes: int):
+def kernel_for(epilogue: Epilogue, shared_bytes: int):
     # The digest names the kernel: MLX caches compiled kernels by name (the template's constants apart).
-    call = epilogue.call(kind.FUNCTION, kind.CONSTANTS)
+    call = epilogue.call()
     digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
-    return make_kernel(f"mlxcel_{kind.FUNCTION}_{digest}_{shared_bytes}", epilogue.inputs(), ["y"], call,
+    return make_kernel(f"mlxcel_skinny_matmul_{digest}_{shared_bytes}", epilogue.inputs(), ["y"], call,
                        compact_source(LIBRARY), shared_bytes)
 
 
@@ -453,7 +378,7 @@ def takes_norm(x: mx.array, norm_weight: mx.array) -> bool:
     return norm_weight.shape == (x.shape[-1],) and norm_weight.dtype == x.dtype
 
 
-def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | WarpgroupTiles | None = None, *,
+def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
                   norm: tuple[mx.array, float] | None = None, residual: mx.array | None = None,
                   swiglu: bool = False) -> mx.array:
     """x [..., K] @ weight.T for a weight [N, K] that ``takes`` accepts; ``norm`` (weight, eps): of
@@ -463,9 +388,10 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | WarpgroupTiles |
     epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu)
     tiles = tiles or tiles_for(x.size // k, n, epilogue)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
-    y, = kernel_for(epilogue, type(tiles), tiles.shared_bytes(epilogue))(
+    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
         inputs=inputs,
-        template=[("T", x.dtype), *tiles.template(), ("EPS_BITS", float_bits(norm[1]) if norm else 0)],
-        grid=(tiles.blocks(n) * tiles.threads, 1, 1), threadgroup=(tiles.threads, 1, 1),
+        template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
+                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0)],
+        grid=(tiles.blocks(n) * tiles.warps * 32, 1, 1), threadgroup=(tiles.warps * 32, 1, 1),
         output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y

@@ -60,13 +60,12 @@ __device__ __forceinline__ void scores_mma(float (&d)[32], uint64_t a, uint64_t 
 """
 
 
-def _register_mma(name: str, ns: tuple[int, ...], transpose_b: int) -> str:
-    """m64nNk16, A from registers (4 words), B from shared memory (K-major, or MN-major where transposed):
-    d += A B."""
+def _values_mma() -> str:
+    """m64nNk16, A from registers (4 words), B transposed from shared memory: d += A B."""
     branches = []
-    for n in ns:
+    for n in (64, 128):
         count = n // 2
-        a = f"{{%{count}, %{count + 1}, %{count + 2}, %{count + 3}}}, %{count + 4}, p, 1, 1, {transpose_b};"
+        a = f"{{%{count}, %{count + 1}, %{count + 2}, %{count + 3}}}, %{count + 4}, p, 1, 1, 1;"
         inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)'
         bf16, f16 = (_asm(f"m64n{n}k16", ptx, count, a, inputs, count + 5) for ptx in ("bf16", "f16"))
         branches.append(f"""if constexpr (N == {n}) {{
@@ -78,14 +77,11 @@ def _register_mma(name: str, ns: tuple[int, ...], transpose_b: int) -> str:
   }}""")
     return f"""
 template <typename T, int N>
-__device__ __forceinline__ void {name}(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {{
+__device__ __forceinline__ void values_mma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {{
   {" else ".join(branches)}
 }}
 """
 
-
-# The skinny matmul's block widths (cuda_matmul): a weight row is a column of B.
-PROJECTION_COLUMNS = (16, 32, 48, 64, 96, 128)
 
 WARPGROUP_HEADER = r"""
 namespace mlxcel {
@@ -103,15 +99,8 @@ __device__ __forceinline__ void mma_fence() {
 __device__ __forceinline__ void mma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-template <int PENDING = 0>
 __device__ __forceinline__ void mma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(PENDING) : "memory");
-}
-// Registers an MMA still reads (its A operand) are kept as they are until here.
-template <int N>
-__device__ __forceinline__ void keep_live(uint32_t (&a)[N][4]) {
-  #pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" :: "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 // After the wait: the accumulators are read as the MMA left them, never
 // from before it (the compiler does not know the MMA runs asynchronously).
@@ -131,8 +120,7 @@ __device__ __forceinline__ uint32_t swizzled(int row, int piece, int block_bytes
   return (piece >> 3) * block_bytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
-""" + _scores_mma() + _register_mma("values_mma", (64, 128), 1) + _register_mma(
-    "projection_mma", PROJECTION_COLUMNS, 0) + r"""
+""" + _scores_mma() + _values_mma() + r"""
 }  // namespace mlxcel
 """
 

@@ -23,11 +23,8 @@ import pytest
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
-from mlxcel.kernels import cuda_matmul
-from mlxcel.kernels.cuda import hopper
-from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, WarpgroupTiles,
-                                        mma_tiles_for, skinny_matmul, takes, takes_norm, tiles_for,
-                                        warpgroup_tiles_for)
+from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, skinny_matmul,
+                                        takes, takes_norm, tiles_for)
 from mlxcel.kernels.layer_ops import COMPOSED
 
 needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
@@ -35,9 +32,6 @@ needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
                                        "benchmarks/gpu_suite.sh runs these on the GPU)")
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
 ROUNDING = {mx.bfloat16: 2.0**-8, mx.float16: 2.0**-11}   # unit roundoff
-# The two kernels' launches for a shape; the warpgroup kernel's run only on Hopper.
-LAUNCHES = [mma_tiles_for, pytest.param(warpgroup_tiles_for, marks=pytest.mark.skipif(
-    not mx.cuda.is_available() or not hopper(), reason="the warpgroup kernel runs on Hopper (sm_90a) only"))]
 
 
 @pytest.mark.parametrize("x_shape, w_shape, dtype, w_dtype, taken", [
@@ -124,44 +118,16 @@ EPILOGUES = [PRODUCT, Epilogue(norm=True), Epilogue(add=True), Epilogue(norm=Tru
 @pytest.mark.parametrize("n", [4096, 6144, 24576])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
-@pytest.mark.parametrize("launch, arch", [(mma_tiles_for, "sm_80"), (warpgroup_tiles_for, "sm_90a")],
-                         ids=["mma", "warpgroup"])
-def test_the_kernels_compile_without_spills_in_their_shared_memory(rows, n, dtype, epilogue, launch, arch):
-    # The library compiles for every device (the warpgroup kernel, a template, only where it is called).
-    tiles = launch(rows, n, epilogue)
+def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype, epilogue):
+    tiles = tiles_for(rows, n, epilogue)
     assert tiles.shared_bytes(epilogue) <= SHARED_LIMIT
-    unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(tiles.FUNCTION, tiles.CONSTANTS),
-                            [(name, dtype) for name in epilogue.inputs()], [("y", dtype)],
-                            [("T", dtype), *tiles.template(), ("EPS_BITS", 0)])
+    unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(), [(name, dtype) for name in epilogue.inputs()],
+                            [("y", dtype)],
+                            [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
+                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0)])
     with tempfile.TemporaryDirectory() as folder:
-        registers, spills = resources(compile_unit(unit, Path(folder), arch))
+        registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255
-
-
-@pytest.mark.parametrize("rows, n, epilogue", [(32, 24576, Epilogue(norm=True, swiglu=True)), (32, 6144, PRODUCT),
-                                               (32, 4096, Epilogue(add=True)), (64, 4096, PRODUCT)])
-def test_warpgroup_launches_fill_the_waves_and_hold_the_most_chunks_that_fit(rows, n, epilogue):
-    tiles = warpgroup_tiles_for(rows, n, epilogue)
-    blocks = tiles.blocks(n)
-    assert blocks / (-(-blocks // cuda_matmul.SMS) * cuda_matmul.SMS) > 0.95
-    assert tiles.shared_bytes(epilogue) <= SHARED_LIMIT
-    more = WarpgroupTiles(tiles.m_tiles, tiles.n_tiles, tiles.k_blocks, tiles.stages + 1)
-    assert tiles.stages == cuda_matmul.MAX_STAGES or more.shared_bytes(epilogue) > SHARED_LIMIT
-
-
-def test_the_kernel_env_picks_the_launch(monkeypatch, caplog):
-    monkeypatch.setattr(cuda_matmul, "hopper", lambda: True)
-    for value, kind in (("", WarpgroupTiles), ("warpgroup", WarpgroupTiles), ("mma", Tiles),
-                        ("tensor", WarpgroupTiles)):
-        monkeypatch.setenv(cuda_matmul.KERNEL_ENV, value)
-        cuda_matmul.warpgroup_kernel.cache_clear()
-        assert isinstance(tiles_for(32, 4096), kind)
-    assert f"{cuda_matmul.KERNEL_ENV}='tensor': expected mma or warpgroup" in caplog.text
-    monkeypatch.setattr(cuda_matmul, "hopper", lambda: False)
-    monkeypatch.delenv(cuda_matmul.KERNEL_ENV)
-    cuda_matmul.warpgroup_kernel.cache_clear()
-    assert isinstance(tiles_for(32, 4096), Tiles)
-    cuda_matmul.warpgroup_kernel.cache_clear()
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -172,15 +138,14 @@ def as64(a: mx.array) -> np.ndarray:
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (5, 24, 64), (20, 200, 192),
                                         (MAX_ROWS, 1024, 12288), (17, 64, 4160)])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-@pytest.mark.parametrize("launch", LAUNCHES, ids=["mma", "warpgroup"])
-def test_products_match_float64(rows, n, k, dtype, launch):
+def test_products_match_float64(rows, n, k, dtype):
     # Rows past a 16-row tile, N past a 64-column block, K of fewer chunks than warps, K not a multiple of
     # the warps' chunks: each a path of the kernel's guards.
     rng = np.random.default_rng()
     x = mx.array(rng.standard_normal((rows, 1, k)).astype(np.float32)).astype(dtype)
     w = mx.array((rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)).astype(dtype)
     assert takes(x, w)
-    got = as64(skinny_matmul(x, w, launch(rows, n)))[:, 0]
+    got = as64(skinny_matmul(x, w))[:, 0]
     x64, w64 = as64(x)[:, 0], as64(w)
     want = x64 @ w64.T
     bound = ROUNDING[dtype] * np.abs(want) + k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
@@ -196,11 +161,7 @@ def test_every_launch_shape_of_the_sweep_computes_the_same_product():
     x = mx.array(rng.standard_normal((32, 1, 1024)).astype(np.float32)).astype(mx.bfloat16)
     w = mx.array((rng.standard_normal((512, 1024)) / 32).astype(np.float32)).astype(mx.bfloat16)
     want = as64(skinny_matmul(x, w))
-    shapes = [Tiles(2, 4, 2, 4), Tiles(2, 8, 2, 6), Tiles(2, 4, 4, 6), Tiles(2, 6, 4, 3)]
-    if hopper():
-        shapes += [WarpgroupTiles(2, 2, 1, 4), WarpgroupTiles(2, 4, 1, 12), WarpgroupTiles(2, 6, 2, 3),
-                   WarpgroupTiles(2, 12, 2, 4), WarpgroupTiles(2, 16, 1, 3), WarpgroupTiles(4, 8, 3, 5)]
-    for tiles in shapes:
+    for tiles in (Tiles(2, 4, 2, 4), Tiles(2, 8, 2, 6), Tiles(2, 4, 4, 6), Tiles(2, 6, 4, 3)):
         assert tiles.shared_bytes() <= SHARED_LIMIT
         np.testing.assert_allclose(as64(skinny_matmul(x, w, tiles)), want, rtol=2**-7, atol=1e-3)
 
@@ -225,13 +186,12 @@ def normed_product64(x: mx.array, w: mx.array, g: mx.array, eps: float, dtype: m
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288)])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-@pytest.mark.parametrize("launch", LAUNCHES, ids=["mma", "warpgroup"])
-def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype, launch):
+def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype):
     x, w, g = random_case(rows, n, k, dtype)
     eps = 1e-5
     want, bound = normed_product64(x, w, g, eps, dtype)
     bound = 1.25 * (bound + ROUNDING[dtype] * np.abs(want))
-    got = as64(skinny_matmul(x, w, launch(rows, n, Epilogue(norm=True)), norm=(g, eps)))[:, 0]
+    got = as64(skinny_matmul(x, w, norm=(g, eps)))[:, 0]
     assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
     unnormed = as64(x)[:, 0] * as64(g) @ as64(w).T      # the norm's 1/rms left out
     assert np.mean(np.abs(unnormed - want) > bound) > 0.5
@@ -240,8 +200,7 @@ def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype, launch):
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 4096, 4096), (5, 24, 64), (MAX_ROWS, 4096, 12288)])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-@pytest.mark.parametrize("launch", LAUNCHES, ids=["mma", "warpgroup"])
-def test_the_residual_add_matches_float64(rows, n, k, dtype, launch):
+def test_the_residual_add_matches_float64(rows, n, k, dtype):
     x, w, _ = random_case(rows, n, k, dtype)
     residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(dtype)
     x64, w64 = as64(x)[:, 0], as64(w)
@@ -249,7 +208,7 @@ def test_the_residual_add_matches_float64(rows, n, k, dtype, launch):
     want = product + as64(residual)[:, 0]
     u = ROUNDING[dtype]
     bound = 1.25 * u * (np.abs(product) + np.abs(want)) + k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
-    got = as64(skinny_matmul(x, w, launch(rows, n, Epilogue(add=True)), residual=residual))[:, 0]
+    got = as64(skinny_matmul(x, w, residual=residual))[:, 0]
     assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
     assert np.mean(np.abs(product - want) > bound) > 0.5       # the residual is really added
 
@@ -257,8 +216,7 @@ def test_the_residual_add_matches_float64(rows, n, k, dtype, launch):
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-@pytest.mark.parametrize("launch", LAUNCHES, ids=["mma", "warpgroup"])
-def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, launch):
+def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
     x, w, g = random_case(rows, n, k, dtype)
     eps = 1e-6
     product, error = normed_product64(x, w, g, eps, dtype)
@@ -269,8 +227,7 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, lau
     # silu's slope is at most 1.1 in size; three more rounded steps (sigmoid, gate * sigmoid, * up).
     bound = 1.25 * (1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error
                     + 3 * ROUNDING[dtype] * np.abs(want))
-    got = as64(skinny_matmul(x, w, launch(rows, n, Epilogue(norm=True, swiglu=True)), norm=(g, eps),
-                             swiglu=True))[:, 0]
+    got = as64(skinny_matmul(x, w, norm=(g, eps), swiglu=True))[:, 0]
     assert got.shape == want.shape
     assert np.all(np.abs(got - want) <= bound + 1e-6), np.abs(got - want).max()
     # The bound's operand terms grow with sqrt(K) times a typical product; a kernel that left the norm out

@@ -1,3 +1,4 @@
+# Ran the code of commit 116a626 (reverted: the warpgroup kernel ran slower than the mma.sync one).
 # The skinny matmul on warpgroup MMA: its GPU tests against float64 (both kernels), the matmul bench at 32 rows
 # (cuBLAS, the mma.sync kernel, the warpgroup kernel; each kernel's launch with the engine's folded epilogue),
 # then the e2e bench (cascade steps on the warpgroup kernel). Device call: carry .whl-b .whl-lm after a call

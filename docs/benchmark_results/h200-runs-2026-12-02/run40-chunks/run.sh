@@ -1,3 +1,4 @@
+# Ran the code of commit 723ef64 (reverted: the warpgroup kernel ran slower than the mma.sync one).
 # The warpgroup skinny matmul with chunks of 128 k and each chunk's MMAs left running under the next's loads:
 # its GPU tests against float64, the matmul bench at 32 rows with a sweep of chunk sizes and ring depths, the
 # e2e bench. Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
