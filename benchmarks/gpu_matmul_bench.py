@@ -1,6 +1,6 @@
 """A decode step's projections: MLX's matmul (cuBLASLt) against the skinny kernel, GPU and host time.
 
-    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--sweep]
+    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--sweep [--sweep-tiles 8x8x2 ..]]
 
 Per shape of an 8B layer (q/k/v, o, gate/up, down) and row count: the
 kernel's GPU time per call (CUPTI through PyTorch's profiler, over a chain of
@@ -80,7 +80,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--chain", type=int, default=24)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--sweep-tiles", nargs="+", metavar="NxWxS",
+                        help="the launch shapes to sweep (n tiles x warps x stages) instead of SWEEP's")
     args = parser.parse_args()
+    sweep = [tuple(int(v) for v in shape.split("x")) for shape in args.sweep_tiles] if args.sweep_tiles else SWEEP
     args.out.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)
     results = []
@@ -96,7 +99,7 @@ def main() -> None:
             picked = tiles_for(rows, n)
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
-            configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in SWEEP if Tiles(picked.m_tiles, *c) != picked
+            configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in sweep if Tiles(picked.m_tiles, *c) != picked
                                    and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT]
                                   if args.sweep and rows == 32 else [])
             for tiles in configs:
