@@ -12,14 +12,14 @@ mkdir -p /tmp/mlxcel-shim/mlxcel && ln -sfn $PWD/engine /tmp/mlxcel-shim/mlxcel/
 export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks:$PWD/$RUN PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export MLX_PTX_CACHE_DIR=/tmp/ptx
 echo "installed at $SECONDS s"
-MLXCEL_KERNELS=fused timeout 170 python3 -m pytest -q -p no:cacheprovider -rf tests/test_fused_kernels.py \
+timeout 300 python3 $RUN/probe.py $OUT > $OUT/probe.log 2>&1; echo "probe exit $? at $SECONDS s"
+cat $OUT/probe.md; tail -3 $OUT/probe.log
+MLXCEL_KERNELS=fused timeout $((440 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rf tests/test_fused_kernels.py \
   -k "merge_matches or with_and_without_lookups or engine_cascade or long_rows" > $OUT/tests.log 2>&1
 C=tests/test_fused_kernels.py::test_cascade_decode_in_three_launches
-MLXCEL_KERNELS=fused timeout $((200 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rf "$C[dtype0-64-4]" \
+MLXCEL_KERNELS=fused timeout $((470 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rf "$C[dtype0-64-4]" \
   "$C[dtype1-8-8]" "$C[int8-64-4]" "$C[int4-2-1]" >> $OUT/tests.log 2>&1
 echo "kernel tests exit $? at $SECONDS s"; grep -E "^FAILED|^ERROR|passed|failed|Error" $OUT/tests.log | tail -8
-timeout 130 python3 benchmarks/gpu_matmul_bench.py --out /tmp/mm --rows 32 --sweep \
+timeout $((580 - SECONDS)) python3 benchmarks/gpu_matmul_bench.py --out /tmp/mm --rows 32 --sweep \
   --sweep-tiles 8x8x2 8x4x2 6x8x2 4x8x2 4x16x2 4x4x2 > $OUT/matmul.log 2>&1
 echo "matmul exit $? at $SECONDS s"; cp /tmp/mm/matmul.* $OUT/ 2>/dev/null; grep "^| " $OUT/matmul.md
-timeout $((575 - SECONDS)) python3 $RUN/probe.py $OUT > $OUT/probe.log 2>&1; echo "probe exit $? at $SECONDS s"
-cat $OUT/probe.md; tail -3 $OUT/probe.log
