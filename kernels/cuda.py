@@ -579,31 +579,34 @@ PARTIAL_SOURCE = r"""
   T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
+  // Loaded once the first chunks' copies are issued (2.), their round trip under the copies'.
   uint32_t qf[DK][4];
-  #pragma unroll
-  for (int kk = 0; kk < DK; ++kk) {
+  auto load_q = [&] {
     #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      // Every lane loads (a real head's address), rows past the heads become
-      // zeros: no branch, so all the loads are in flight together.
-      const int head = head0 + g + 8 * (r & 1);
-      const int real = min(head, heads - 1);
-      // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
-      // codes reach the mma in another k order (a dot product's terms can be
-      // summed in any order as long as q's follow): int8 d, d + 1 with d =
-      // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
-      // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
-      const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
-                    : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
-                                     : kk * 16 + 4 * tig + 2 * (r >> 1);
-      const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
-      const int q_head = kv_head * group_size + real % group_size;
-      const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
-      const float2 x = Format::AFFINE ? make_float2(static_cast<float>(at[0]), static_cast<float>(at[4]))
-                                      : mlxcel::load_pair(at);
-      qf[kk][r] = head < heads ? mlxcel::Mma<TM>::pack(x.x * scale, x.y * scale) : 0u;
+    for (int kk = 0; kk < DK; ++kk) {
+      #pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        // Every lane loads (a real head's address), rows past the heads become
+        // zeros: no branch, so all the loads are in flight together.
+        const int head = head0 + g + 8 * (r & 1);
+        const int real = min(head, heads - 1);
+        // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
+        // codes reach the mma in another k order (a dot product's terms can be
+        // summed in any order as long as q's follow): int8 d, d + 1 with d =
+        // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
+        // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
+        const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
+                      : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
+                                       : kk * 16 + 4 * tig + 2 * (r >> 1);
+        const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
+        const int q_head = kv_head * group_size + real % group_size;
+        const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
+        const float2 x = Format::AFFINE ? make_float2(static_cast<float>(at[0]), static_cast<float>(at[4]))
+                                        : mlxcel::load_pair(at);
+        qf[kk][r] = head < heads ? mlxcel::Mma<TM>::pack(x.x * scale, x.y * scale) : 0u;
+      }
     }
-  }
+  };
 
   // ---- 2. staging ----
   using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
@@ -669,6 +672,7 @@ PARTIAL_SOURCE = r"""
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
   copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
+  load_q();
   int buffer = 0;                                  // this chunk's; the one staged next is the one before it
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     mlxcel::copy_wait<STAGES - 2>();
