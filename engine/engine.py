@@ -206,10 +206,14 @@ class Engine:
 
     def close(self, reason: str = "cancelled") -> None:
         """Take no new requests; end every queued or running one with `reason`
-        at the next step boundary (even while paused)."""
+        at the next step boundary (even while paused). Under tensor parallelism
+        the boundary must come soon: a step that waits on a lost rank is a fault
+        within seconds (Ranks.hurry), not at the rank timeout."""
         with self._wake:
             self._closed = True
             self._post("close", None, reason)
+        if self.ranks:
+            self.ranks.hurry()
 
     def _post(self, op: str, seq: Sequence | None, reason: str | None = None) -> None:
         with self._wake:

@@ -104,7 +104,8 @@ class ModelRunner:
         blocks = [table[p // bs] for table, p in zip(inputs.decode_tables, inputs.positions)]
         tokens = []
         if rows:
-            tokens.append(self.ranks.share_tokens(last_tokens, rows) if self.ranks is not None else last_tokens)
+            tokens.append(last_tokens if self.ranks is None
+                          else self.ranks.share_tokens(last_tokens, rows, self.loaded.vocab_size))
         ops = layer_ops()
         ctx = StepContext(self.pool, *upload(positions, blocks, positions % bs), decode_rows=rows, ops=ops,
                           # Only where every read of the pool takes q (what orders the store before the reads):

@@ -40,6 +40,8 @@ from .sessions import SessionManager, TooManySessions
 
 log = logging.getLogger("mlxcel.server")
 
+FAULT_RESPONSES_TIMEOUT = 2.0   # seconds a rank fault waits for the ended requests' responses to end
+
 
 class OpenAIServer:
     """The app. Without an API key (and unless check_host is off) it answers only
@@ -74,6 +76,9 @@ class OpenAIServer:
             Route("/v1/engine", self.control_engine, methods=["GET", "POST"]),
         ], exception_handlers={ApiError: lambda request, err: err.response(), HTTPException: _http_error,
                                ClientDisconnect: _client_gone})
+        self._responding: set[_Run] = set()   # runs whose response has not ended
+        if engine.ranks:
+            engine.ranks.on_fault.append(self._until_responses_end)
         self.app.add_middleware(_Guard, server=self)
         self.app.add_middleware(_AccessLog, metrics=engine.metrics)
 
@@ -132,7 +137,17 @@ class OpenAIServer:
             raise ApiError(400, str(err), "max_tokens") from None
         except EngineClosed as err:
             raise ApiError(503, str(err), kind="server_error") from None
-        return _Run(self.engine, seq, queue)
+        run = _Run(self.engine, seq, queue, self._responding)
+        self._responding.add(run)
+        return run
+
+    def _until_responses_end(self, message: str) -> None:
+        """A rank fault (on its thread): the engine has ended every request; the
+        process ends once their responses did (at most FAULT_RESPONSES_TIMEOUT),
+        so each client reads its error to the end of its stream."""
+        deadline = time.monotonic() + FAULT_RESPONSES_TIMEOUT
+        while self._responding and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def drain(self) -> None:
         """Shutdown has begun: stop the built-in sessions, refuse new requests and
@@ -284,8 +299,8 @@ class _Run:
     go of it: a sequence still running then (the client left, a stop string
     matched, the server is shutting down) is ended with the reason its client saw."""
 
-    def __init__(self, engine: Engine, seq: Sequence, queue: asyncio.Queue) -> None:
-        self.engine, self.seq, self.queue = engine, seq, queue
+    def __init__(self, engine: Engine, seq: Sequence, queue: asyncio.Queue, responding: set) -> None:
+        self.engine, self.seq, self.queue, self.responding = engine, seq, queue, responding
         self.reason: str | None = None  # the finish reason the client is told
 
     async def events(self, stop: tuple[str, ...], every_token: bool = False):
@@ -317,6 +332,7 @@ class _Run:
                 sent, ids, entries = safe, [], []
 
     def end(self) -> None:
+        self.responding.discard(self)
         if not self.seq.is_finished:
             self.engine.cancel(self.seq, "stop" if self.reason == "stop" else "cancelled")
 

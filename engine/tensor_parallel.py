@@ -26,6 +26,7 @@ the other ranks.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -51,7 +52,8 @@ DEFAULT_TIMEOUT = 15.0
 STARTUP_TIMEOUT = 600.0   # seconds the ranks wait for each other to load the model and start serving
 HEARTBEAT_SECONDS = 1.0
 FAULT_EXIT = 3         # the status a rank ends with on a fault
-FAULT_GRACE = 0.5      # seconds for the server to stream the error to its clients before the process ends
+FAULT_GRACE = 0.2      # seconds for a fault's last bytes to leave, once its callbacks returned
+STOPPING_TIMEOUT = 2.0  # seconds the ranks get to answer once rank 0 is stopping (see Ranks.hurry)
 
 STEP, HEARTBEAT, STOP = 1, 2, 3
 FIRST_WORDS = 2048     # one all_sum carries a step of this many words; a longer one takes a second
@@ -106,12 +108,14 @@ class Ranks:
         self.size = group.size()
         self.backend = backend
         self.timeout = timeout
-        # Called once on a fault, before the process ends (the engine ends its requests).
+        # Called once on a fault, in order, before the process ends: the engine ends its requests, the server
+        # waits for their responses to end.
         self.on_fault: list[Callable[[str], None]] = []
         self._memory = [(0, 0)] * self.size     # bytes (active, peak) per rank, as of a recent message
         self._sent: deque[mx.array] = deque()   # rank 0's recent first messages, read once surely done
         self._last_message = time.monotonic()
         self._waiting: tuple[str, float, float] | None = None   # what this rank waits for, until when, how long
+        self._hurried: float | None = None      # the timeout once this process is stopping
         self._started = False
         self._faulted = threading.Lock()
         self._launcher = os.getppid()           # mlx.launch (or what started this rank)
@@ -173,10 +177,14 @@ class Ranks:
         with self.watch("the stop message to reach every rank"):
             mx.eval(self._send(STOP, np.zeros(0, np.int32)))
 
-    def share_tokens(self, tokens: mx.array | None, rows: int) -> mx.array:
-        """Rank 0's decode input tokens on every rank, inside the step's graph."""
+    def share_tokens(self, tokens: mx.array | None, rows: int, vocab_size: int) -> mx.array:
+        """Rank 0's decode input tokens on every rank, inside the step's graph.
+        Clipped to the vocabulary: a ring collective that loses its peer mid-step
+        can leave its output unwritten instead of failing (MLX 0.32), and an
+        embedding lookup at such an id read past the table (a segfault, where the
+        fault would have told the clients)."""
         mine = tokens if self.is_leader else mx.zeros((rows,), mx.int32)
-        return mx.distributed.all_sum(mine, group=self.group)
+        return mx.clip(mx.distributed.all_sum(mine, group=self.group), 0, vocab_size - 1)
 
     def _send(self, kind: int, payload: np.ndarray) -> mx.array:
         first = self._first_message(kind, payload)
@@ -237,7 +245,7 @@ class Ranks:
     def watch(self, what: str, timeout: float | None = None) -> Iterator[None]:
         """Wait for the other ranks under the watchdog: a fault if it takes
         longer than the timeout (the rank timeout unless given) or the collective fails."""
-        timeout = timeout or self.timeout
+        timeout = min(timeout or self.timeout, self._hurried or math.inf)
         self._waiting = (what, time.monotonic() + timeout, timeout)
         try:
             yield
@@ -245,6 +253,18 @@ class Ranks:
             self.fault(f"rank {self.rank} of {self.size}: a collective failed while waiting for {what}: {err}")
         finally:
             self._waiting = None
+
+    def hurry(self) -> None:
+        """This process is stopping: the wait under way and every later one end
+        as a fault after STOPPING_TIMEOUT (or the rank timeout, if shorter), so a
+        stop never waits out a long rank timeout on a rank that is gone (mlx.launch
+        stops rank 0 so when another rank died; the error must reach its clients
+        before the server's own shutdown gives up on their streams)."""
+        self._hurried = min(self.timeout, STOPPING_TIMEOUT)
+        waiting = self._waiting
+        if waiting is not None:
+            self._waiting = (waiting[0], min(waiting[1], time.monotonic() + self._hurried),
+                             min(waiting[2], self._hurried))
 
     def _watch(self) -> None:
         while True:

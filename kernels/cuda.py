@@ -401,46 +401,36 @@ struct ChunkCopies {
   }
 };
 
-// Folds states 0..n-1 (lse_at(i): the state's log2 sum, row_at(i): the base
-// of its normalized row of 32 VEC floats) into top (the largest lse), total
-// and value (this lane's VEC elements), weighted by exp2(lse - top); the whole
-// warp calls it (a warp per output row). Of each batch of 32 states a lane
-// looks up one, its own (lse and row address: no lane computes another's),
-// the batch's top and weights come by shuffles, and the rows' loads, ROWS at
-// a time, are issued before the weights are waited for: few warps per SM,
-// so the fold waits on memory, and up to ROWS states cost one round trip. A
-// later batch rescales what came before. A weightless state (lse -inf) may
-// hold anything, so it is selected away, never multiplied.
+// Folds states 0..n-1 (lse_at(i): the state's log2 sum, row_at(i): this
+// lane's VEC elements of its normalized row) into top (the largest lse),
+// total and value, weighted by exp2(lse - top). A batch's loads, lse and
+// rows, are all issued before any is used (a warp per output row, few warps
+// per SM, so the fold waits on memory): up to BATCH states cost one round
+// trip, and a later batch rescales what came before. Slots past n load
+// nothing and weigh 0; a weightless state (lse -inf) may hold anything, so it
+// is selected away, never multiplied.
 template <int VEC, typename LseAt, typename RowAt>
-__device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, int lane, float& top, float& total,
+__device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, float& top, float& total,
                                             float (&value)[VEC]) {
-  constexpr int ROWS = 16;
+  constexpr int BATCH = 16;
   const float neg_inf = -infinity();
   top = neg_inf;
   total = 0.f;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) value[k] = 0.f;
-  for (int first = 0; first < n; first += 32) {
-    const int mine = first + lane, count = min(32, n - first);
-    const float lse = mine < n ? lse_at(mine) : neg_inf;
-    const unsigned long long row = mine < n ? reinterpret_cast<unsigned long long>(row_at(mine)) : 0ull;
-    float x[ROWS][VEC];
-    auto load_rows = [&](int j0) {
-      #pragma unroll
-      for (int j = 0; j < ROWS; ++j) {
-        const float* at = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, row, (j0 + j) & 31));
-        if (j0 + j < count) {
-          load_row(at + lane * VEC, x[j]);
-        } else {
-          #pragma unroll
-          for (int k = 0; k < VEC; ++k) x[j][k] = 0.f;
-        }
-      }
-    };
-    load_rows(0);
-    float batch_top = lse;
+  for (int first = 0; first < n; first += BATCH) {
+    float lse[BATCH], x[BATCH][VEC] = {};
     #pragma unroll
-    for (int m = 16; m; m >>= 1) batch_top = lane_max(batch_top, m);
+    for (int b = 0; b < BATCH; ++b) {
+      lse[b] = neg_inf;
+      if (first + b < n) {
+        lse[b] = lse_at(first + b);
+        load_row(row_at(first + b), x[b]);
+      }
+    }
+    float batch_top = neg_inf;
+    #pragma unroll
+    for (int b = 0; b < BATCH; ++b) batch_top = fmaxf(batch_top, lse[b]);
     if (batch_top == neg_inf) continue;            // no weight in this batch
     const float new_top = fmaxf(top, batch_top);
     const float rescale = exp2f(top - new_top);    // 0 while nothing was weighted
@@ -448,19 +438,12 @@ __device__ __forceinline__ void fold_states(int n, LseAt lse_at, RowAt row_at, i
     #pragma unroll
     for (int k = 0; k < VEC; ++k) value[k] *= rescale;
     top = new_top;
-    const float weight = exp2f(lse - top);         // 0 past n and for weightless states
-    float weights = weight;
     #pragma unroll
-    for (int m = 16; m; m >>= 1) weights = lane_sum(weights, m);
-    total += weights;
-    for (int j0 = 0; j0 < count; j0 += ROWS) {
-      if (j0) load_rows(j0);
+    for (int b = 0; b < BATCH; ++b) {
+      const float weight = exp2f(lse[b] - top);
+      total += weight;
       #pragma unroll
-      for (int j = 0; j < ROWS; ++j) {
-        const float w = __shfl_sync(0xffffffffu, weight, (j0 + j) & 31);
-        #pragma unroll
-        for (int k = 0; k < VEC; ++k) value[k] += w > 0.f ? w * x[j][k] : 0.f;
-      }
+      for (int k = 0; k < VEC; ++k) value[k] += weight > 0.f ? weight * x[b][k] : 0.f;
     }
   }
 }
@@ -516,9 +499,9 @@ __device__ __forceinline__ void fold_cascade(int row, int head, int q_heads, int
       at = j >= 0 && j < count[d] ? level : at;
       j -= count[d];
     }
-    return at;
+    return at + lane * VEC;
   };
-  fold_states(levels + private_states, [&](int i) { return *lse_of(i); }, row_of, lane, top, total, value);
+  fold_states(levels + private_states, [&](int i) { return *lse_of(i); }, row_of, top, total, value);
 }
 
 }  // namespace mlxcel
@@ -579,34 +562,31 @@ PARTIAL_SOURCE = r"""
   T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
-  // Loaded once the first chunks' copies are issued (2.), their round trip under the copies'.
   uint32_t qf[DK][4];
-  auto load_q = [&] {
+  #pragma unroll
+  for (int kk = 0; kk < DK; ++kk) {
     #pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-      #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        // Every lane loads (a real head's address), rows past the heads become
-        // zeros: no branch, so all the loads are in flight together.
-        const int head = head0 + g + 8 * (r & 1);
-        const int real = min(head, heads - 1);
-        // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
-        // codes reach the mma in another k order (a dot product's terms can be
-        // summed in any order as long as q's follow): int8 d, d + 1 with d =
-        // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
-        // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
-        const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
-                      : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
-                                       : kk * 16 + 4 * tig + 2 * (r >> 1);
-        const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
-        const int q_head = kv_head * group_size + real % group_size;
-        const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
-        const float2 x = Format::AFFINE ? make_float2(static_cast<float>(at[0]), static_cast<float>(at[4]))
-                                        : mlxcel::load_pair(at);
-        qf[kk][r] = head < heads ? mlxcel::Mma<TM>::pack(x.x * scale, x.y * scale) : 0u;
-      }
+    for (int r = 0; r < 4; ++r) {
+      // Every lane loads (a real head's address), rows past the heads become
+      // zeros: no branch, so all the loads are in flight together.
+      const int head = head0 + g + 8 * (r & 1);
+      const int real = min(head, heads - 1);
+      // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
+      // codes reach the mma in another k order (a dot product's terms can be
+      // summed in any order as long as q's follow): int8 d, d + 1 with d =
+      // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
+      // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
+      const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
+                    : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
+                                     : kk * 16 + 4 * tig + 2 * (r >> 1);
+      const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
+      const int q_head = kv_head * group_size + real % group_size;
+      const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
+      const float2 x = Format::AFFINE ? make_float2(static_cast<float>(at[0]), static_cast<float>(at[4]))
+                                      : mlxcel::load_pair(at);
+      qf[kk][r] = head < heads ? mlxcel::Mma<TM>::pack(x.x * scale, x.y * scale) : 0u;
     }
-  };
+  }
 
   // ---- 2. staging ----
   using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
@@ -672,7 +652,6 @@ PARTIAL_SOURCE = r"""
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
   copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
-  load_q();
   int buffer = 0;                                  // this chunk's; the one staged next is the one before it
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     mlxcel::copy_wait<STAGES - 2>();
@@ -987,7 +966,8 @@ MERGE_SOURCE = r"""
   float top, total, value[VEC];
   mlxcel::fold_states(
       end - begin, [&](int i) { return static_cast<float>(lse_in[size_t(begin + i) * heads + head]); },
-      [&](int i) { return v_in + (size_t(begin + i) * heads + head) * D; }, lane, top, total, value);
+      [&](int i) { return v_in + (size_t(begin + i) * heads + head) * D + lane * VEC; },
+      top, total, value);
   float* dst = out + item * D + lane * VEC;
   #pragma unroll
   for (int k = 0; k < VEC; ++k) dst[k] = total > 0.f ? value[k] / total : 0.f;

@@ -164,26 +164,22 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const uint32_t stages_at = mlxcel::shared_address(base) + (WARPS / 4) * Q_BYTES;  // [STAGES][K, V][D / 64][CHUNK][128 B]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
-  // Staged once the first chunks' copies are issued (2.), its loads' round trip under the copies'.
-  auto stage_q = [&] {
+  #pragma unroll
+  for (int i = 0; i < ROWS * VECS / THREADS; ++i) {
+    const int item = i * THREADS + threadIdx.x;
+    const int r = item / VECS, piece = item % VECS;
+    const int head = group * ROWS + r;
+    const int real = min(head, heads - 1);
+    const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
+    const int q_head = kv_head * group_size + real % group_size;
+    float x[8];
+    mlxcel::load_row(q + (size_t(q_row) * q_heads + q_head) * D + piece * 8, x);
+    uint32_t w[4];
     #pragma unroll
-    for (int i = 0; i < ROWS * VECS / THREADS; ++i) {
-      const int item = i * THREADS + threadIdx.x;
-      const int r = item / VECS, piece = item % VECS;
-      const int head = group * ROWS + r;
-      const int real = min(head, heads - 1);
-      const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
-      const int q_head = kv_head * group_size + real % group_size;
-      float x[8];
-      mlxcel::load_row(q + (size_t(q_row) * q_heads + q_head) * D + piece * 8, x);
-      uint32_t w[4];
-      #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        w[k] = head < heads ? mlxcel::Mma<T>::pack(x[2 * k] * scale, x[2 * k + 1] * scale) : 0u;
-      *reinterpret_cast<uint4*>(base + (r / 64) * Q_BYTES + mlxcel::swizzled(r % 64, piece, Q_BLOCK)) =
-          make_uint4(w[0], w[1], w[2], w[3]);
-    }
-  };
+    for (int k = 0; k < 4; ++k) w[k] = head < heads ? mlxcel::Mma<T>::pack(x[2 * k] * scale, x[2 * k + 1] * scale) : 0u;
+    *reinterpret_cast<uint4*>(base + (r / 64) * Q_BYTES + mlxcel::swizzled(r % 64, piece, Q_BLOCK)) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
 
   // ---- 2. staging (the partial kernel's copies, into the swizzled layout) ----
   using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
@@ -207,7 +203,6 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
   copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
-  stage_q();
   int buffer = 0;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // This chunk landed (this thread's copies, then everyone's), in view of

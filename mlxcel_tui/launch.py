@@ -31,7 +31,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The launcher prints a warning's tag and its text in separate writes, from another thread than the one that
 # passes the ranks' output on: a rank's line can land between them, after the bare tag.
 TAG_BEFORE_A_RANKS_LINE = re.compile(r"^\[WARN\](?=\S)")
-FAILED_GRACE = 5.0  # seconds the launcher gets to end the other ranks once one failed
+FAILED_GRACE = 5.0  # seconds mlx.launch gets to end the other ranks once rank 0 ended badly
+# Seconds rank 0 gets once another rank failed: mlx.launch asks it to stop, and it first tells its clients (a
+# step waiting on the lost rank is a fault after tensor_parallel.STOPPING_TIMEOUT, whose error streams out).
+LEADER_GRACE = 15.0
 PR_SET_PDEATHSIG = 1     # prctl(2)
 STOP_GRACE = 20.0   # seconds the ranks get to stop after an interrupt before they are killed
 
@@ -129,6 +132,9 @@ class Ranks:
         except ProcessLookupError:
             pass
 
+    def leader_ended(self) -> bool:
+        return any(e.startswith("rank 0 ") for e in self.ended)
+
     def failure(self) -> str | None:
         """One line for a run whose ranks did not all end well, else None."""
         if not self.ended and not self.errors:
@@ -176,7 +182,8 @@ def run_to_end(launched: Ranks) -> None:
         while launched.wait(0.5) is None:
             if failed_at is None and launched.failure():
                 failed_at = time.monotonic()
-            elif failed_at is not None and time.monotonic() - failed_at > FAILED_GRACE:
+            elif failed_at is not None and time.monotonic() - failed_at > (
+                    FAILED_GRACE if launched.leader_ended() else LEADER_GRACE):
                 launched.kill()   # a hung rank the launcher cannot end (it waits for it)
     except KeyboardInterrupt:
         stop(launched)
