@@ -1,8 +1,7 @@
 """The cascade's private level beside level 0 on a second GPU stream, in one process: gpu_step_profile's
-cascade arm in the order merging, merge launch, two streams, two streams, merge launch, merging. "merging":
-main (the private level merges the levels' states after level 0); "merge launch": the private level on its
-own and the cascade merge launch after both (one stream); "two streams": the same, the private level on a
-second stream (mx.new_stream), so it can run while level 0 does. Each read's tokens are checked against
+cascade arm in the order merging, two streams, two streams, merging. "merging": main (the private level
+merges the levels' states after level 0); "two streams": the private level on its own on a second stream
+(mx.new_stream), so it can run while level 0 does, and the cascade merge launch after both. Each read's tokens are checked against
 the first read's. python probe.py OUT"""
 import argparse
 import dataclasses
@@ -47,7 +46,7 @@ def main() -> None:
     args = argparse.Namespace(new_tokens=96, block_size=32, shared=8192, profile_steps=10, skip_steps=8)
     bandwidth, weights = sp.copy_bandwidth(1024), sp.weight_bytes(loaded)
     reads, first = [], None
-    for name in ("merging", "merge launch", "two streams", "two streams", "merge launch", "merging"):
+    for name in ("merging", "two streams", "two streams", "merging"):
         platform, call = states[name]
         cuda.KERNELS.platform, cuda.KERNELS._kernels = platform, compiled[name]
         fused.FusedCascade.__call__ = call

@@ -1,5 +1,5 @@
-# The cascade's private level beside level 0 on a second GPU stream (probe.py: merging, merge launch, two
-# streams, each twice in one process). Device call: carry .whl-b .whl-lm after a call that copied .whl-a.
+# The cascade's private level beside level 0 on a second GPU stream (probe.py: merging and two streams,
+# each twice in one process). Device call: carry .whl-b .whl-lm after a call that copied .whl-a.
 set -u
 RUN=docs/benchmark_results/h200-runs-2026-12-03/run45-streams
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
@@ -10,5 +10,5 @@ mkdir -p /tmp/mlxcel-shim/mlxcel && ln -sfn $PWD/engine /tmp/mlxcel-shim/mlxcel/
 export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks:$PWD/$RUN PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export MLX_PTX_CACHE_DIR=/tmp/ptx
 echo "installed at $SECONDS s"
-timeout 280 python3 $RUN/probe.py $OUT > $OUT/probe.log 2>&1; echo "probe exit $? at $SECONDS s"
+timeout 200 python3 $RUN/probe.py $OUT > $OUT/probe.log 2>&1; echo "probe exit $? at $SECONDS s"
 cat $OUT/probe.md; tail -3 $OUT/probe.log | cut -c1-400
