@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -63,7 +64,7 @@ def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
 
 
 def label(tiles: Tiles) -> str:
-    return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
+    return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}" + (" looping" if tiles.loop else "")
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -99,9 +100,10 @@ def main() -> None:
             picked = tiles_for(rows, n)
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
-            configs = [picked] + ([Tiles(picked.m_tiles, *c) for c in sweep if Tiles(picked.m_tiles, *c) != picked
-                                   and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT]
-                                  if args.sweep and rows == 32 else [])
+            # A looping launch beside the same tiles one a block (several waves of blocks).
+            configs = [picked] + [replace(picked, loop=False)] * picked.loop + (
+                [Tiles(picked.m_tiles, *c) for c in sweep if Tiles(picked.m_tiles, *c) != picked
+                 and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT] if args.sweep and rows == 32 else [])
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
             for arm, call in arms.items():

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 from mlx.utils import tree_flatten
 
 import gpu_e2e_bench as e2e
@@ -120,13 +121,21 @@ class Window:
             kernels = [(e["ts"], e["ts"] + e["dur"]) for e in events]
             names = collections.Counter(short_name(e["name"]) for e in events)
             busy = collections.Counter()
+            durations = collections.defaultdict(list)
             for e in events:
                 busy[short_name(e["name"])] += e["dur"]
+                durations[short_name(e["name"])].append(e["dur"])
+            # A kernel's spread over its calls: a stall (a page fault on a host-written buffer, a wait) shows
+            # as a max far above the median, counted as busy time by the union above.
+            spread = {n: (float(np.median(d)), float(max(d))) for n, d in durations.items()}
+            longest = sorted(events, key=lambda e: -e["dur"])[:12]
             self.result = {"profiled": True, "steps": self.steps, "window_wall_ms_per_step": 1e3 * wall / self.steps,
                            "kernels_per_step": len(kernels) / self.steps,
                            "gpu_busy_ms_per_step": union_length(kernels) / 1e3 / self.steps,
                            "kernels_by_name_per_step": {n: (c / self.steps, busy[n] / 1e3 / self.steps)
-                                                        for n, c in names.most_common(40)}}
+                                                        for n, c in names.most_common(40)},
+                           "kernel_us_median_max": {n: spread[n] for n, _ in names.most_common(40)},
+                           "longest_kernels_us": [(short_name(e["name"]), e["dur"]) for e in longest]}
             self.result["gpu_busy_share"] = self.result["gpu_busy_ms_per_step"] / self.result["window_wall_ms_per_step"]
             self.prof = None
 
@@ -194,7 +203,12 @@ def markdown(report: dict) -> str:
     for name, arm in report["arms"].items():
         if arm.get("kernels_by_name_per_step"):
             text += f"\n{name}, kernels per step (count, GPU ms):\n\n" + "\n".join(
-                f"- {n}: {c:.1f}, {ms:.3f}" for n, (c, ms) in arm["kernels_by_name_per_step"].items()) + "\n"
+                f"- {n}: {c:.1f}, {ms:.3f}" + (" (us a call, median / max: {:.1f} / {:.1f})".format(
+                    *arm["kernel_us_median_max"][n]) if n in arm.get("kernel_us_median_max", {}) else "")
+                for n, (c, ms) in arm["kernels_by_name_per_step"].items()) + "\n"
+        if arm.get("longest_kernels_us"):
+            text += f"\n{name}, the longest calls in the window (us):\n\n" + "\n".join(
+                f"- {n}: {us:.1f}" for n, us in arm["longest_kernels_us"]) + "\n"
     return text
 
 

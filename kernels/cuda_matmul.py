@@ -100,7 +100,7 @@ __device__ __forceinline__ T swiglu(float gate_sum, float up_sum) {
 }
 
 template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
-          int EPS_BITS, typename S>
+          int EPS_BITS, bool LOOP, typename S>
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
                                               const T* norm_weight, const T* residual, T* y, int N, int K) {
   static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
@@ -115,19 +115,17 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int n_out = SWIGLU ? N / 2 : N;
-  const int n0 = blockIdx.x * OUT_TILES * 8;
   int M = 1;   // x's leading axes are its rows
   for (int d = 0; d < x_ndim - 1; ++d) M *= x_shape[d];
+  // LOOP: the block takes column tiles blockIdx.x, + gridDim.x, ..., its warps' rings running on from one
+  // tile's chunks into the next's, so the next tile's loads are in flight while a tile's sums are added.
+  const int tiles = (n_out + OUT_TILES * 8 - 1) / (OUT_TILES * 8);
+  const int my_tiles = LOOP ? (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 1;
+  auto first_column = [&](int tile_step) { return (int(blockIdx.x) + tile_step * int(gridDim.x)) * OUT_TILES * 8; };
 
   // This warp's chunks of K: every WARPS-th from its index.
   const int mine = max(0, (K / 64 - warp + WARPS - 1) / WARPS);
 
-  const T* w_row[N_TILES];
-  #pragma unroll
-  for (int j = 0; j < N_TILES; ++j) {
-    const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
-    w_row[j] = w + size_t(column) * K + t * 8;
-  }
   const T* x_row[M_TILES][2];
   bool x_live[M_TILES][2];
   #pragma unroll
@@ -139,12 +137,24 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
       x_row[i][h] = x + size_t(min(row, M - 1)) * K + t * 8;
     }
 
-  // A warp's ring of STAGES chunks, [stage][piece][lane]: a lane reads back only what it copied.
+  // A warp's ring of STAGES chunks, [stage][piece][lane]: a lane reads back only what it copied. Chunks are
+  // staged in order (tile by tile, each tile's chunks of K): the next to stage is (staged_tile, staged_chunk).
   uint4* ring = reinterpret_cast<uint4*>(mlxcel_shared) + warp * STAGES * PIECES * 32 + lane;
-  auto stage_chunk = [&](int i) {
-    const bool live = i < mine;
-    const int k = live ? (warp + i * WARPS) * 64 : 0;
-    uint4* slot = ring + (i % STAGES) * PIECES * 32;
+  int staged = 0, staged_tile = 0, staged_chunk = 0;
+  const T* w_row[N_TILES];
+  auto point_rows = [&](int tile_step) {
+    const int n0 = first_column(tile_step);
+    #pragma unroll
+    for (int j = 0; j < N_TILES; ++j) {
+      const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
+      w_row[j] = w + size_t(column) * K + t * 8;
+    }
+  };
+  point_rows(0);
+  auto stage_chunk = [&]() {
+    const bool live = staged_tile < my_tiles && mine > 0;
+    const int k = live ? (warp + staged_chunk * WARPS) * 64 : 0;
+    uint4* slot = ring + (staged % STAGES) * PIECES * 32;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       #pragma unroll
@@ -159,126 +169,148 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
                                  live);
     }
     asm volatile("cp.async.commit_group;\n" ::);
+    ++staged;
+    if (live && ++staged_chunk == mine) {
+      staged_chunk = 0;
+      if (++staged_tile < my_tiles) point_rows(staged_tile);
+    }
   };
 
   float acc[M_TILES][N_TILES][4];
-  #pragma unroll
-  for (int i = 0; i < M_TILES; ++i)
-    #pragma unroll
-    for (int j = 0; j < N_TILES; ++j)
-      #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
   // NORM: the rows' sums of squares on the tensor cores, X X^T of each 16-row tile against its rows 0..7 and
   // 8..15 (x's pieces are the B operand as they are the A): the diagonal is the squares, exact products
   // summed in float32.
-  float gram[M_TILES][2][4] = {};
+  float gram[M_TILES][2][4];
+  auto clear = [&]() {
+    #pragma unroll
+    for (int i = 0; i < M_TILES; ++i) {
+      #pragma unroll
+      for (int j = 0; j < N_TILES; ++j)
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+      #pragma unroll
+      for (int h = 0; h < 2; ++h)
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) gram[i][h][q] = 0.f;
+    }
+  };
+
+  // The warps' sums of one tile: after the rings (one tile a block: the rings' memory, done with) or beside
+  // them (LOOP: the rings hold the next tile's chunks meanwhile).
+  constexpr int RING_BYTES = WARPS * STAGES * PIECES * 32 * 16;
+  float* sums = reinterpret_cast<float*>(mlxcel_shared + (LOOP ? RING_BYTES : 0));   // [WARPS][R][32]
+  float* row_squares = sums + WARPS * R * 32;              // [WARPS][ROWS] (NORM)
+  float* row_scale = row_squares + WARPS * ROWS;           // [ROWS]: 1 / rms (NORM)
+  auto finish = [&](int n0) {
+    if constexpr (!LOOP) wait_copies<0>();
+    __syncthreads();                // !LOOP: the rings are done with; LOOP: the last tile's sums are read
+    #pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+      #pragma unroll
+      for (int j = 0; j < N_TILES; ++j)
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
+    if constexpr (NORM) {
+      // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
+      // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
+      if (t == g / 2) {
+        #pragma unroll
+        for (int i = 0; i < M_TILES; ++i) {
+          row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
+          row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
+        }
+      }
+      __syncthreads();
+      for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
+        float total = 0.f;
+        #pragma unroll
+        for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
+        row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
+      }
+    }
+    __syncthreads();
+    // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one
+    // row (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
+    for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += WARPS * 32) {
+      const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
+      const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
+      float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
+      #pragma unroll
+      for (int v = 0; v < WARPS; ++v) {
+        lo += sums[(v * R + a) * 32 + l];
+        hi += sums[(v * R + a + 1) * 32 + l];
+        if constexpr (SWIGLU) {
+          up_lo += sums[(v * R + up) * 32 + l];
+          up_hi += sums[(v * R + up + 1) * 32 + l];
+        }
+      }
+      const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
+      if (row < M && col < n_out) {
+        if constexpr (NORM) {
+          const float scale = row_scale[row];
+          lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
+        }
+        const size_t at = size_t(row) * n_out + col;
+        if constexpr (SWIGLU) {
+          y[at] = swiglu<T>(lo, up_lo);
+          y[at + 1] = swiglu<T>(hi, up_hi);
+        } else if constexpr (ADD) {
+          y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
+          y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
+        } else {
+          y[at] = static_cast<T>(lo);
+          y[at + 1] = static_cast<T>(hi);
+        }
+      }
+    }
+  };
 
   #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) stage_chunk(s);
-  for (int c = 0; c < mine; ++c) {
-    wait_copies<STAGES - 2>();       // chunk c has landed
-    stage_chunk(c + STAGES - 1);     // into the stage chunk c - 1 left (its products are issued)
-    const uint4* slot = ring + (c % STAGES) * PIECES * 32;
-    #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint4 wv[N_TILES], xv[M_TILES][2];
+  for (int s = 0; s < STAGES - 1; ++s) stage_chunk();
+  int used = 0;
+  for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
+    clear();
+    for (int c = 0; c < mine; ++c, ++used) {
+      wait_copies<STAGES - 2>();       // chunk `used` has landed
+      stage_chunk();                   // into the stage the chunk before it left (its products are issued)
+      const uint4* slot = ring + (used % STAGES) * PIECES * 32;
       #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) wv[j] = slot[(half * N_TILES + j) * 32];
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i)
+      for (int half = 0; half < 2; ++half) {
+        uint4 wv[N_TILES], xv[M_TILES][2];
         #pragma unroll
-        for (int h = 0; h < 2; ++h) xv[i][h] = slot[(2 * N_TILES + (half * M_TILES + i) * 2 + h) * 32];
-      if constexpr (NORM) {
-        const uint4 gv = slot[(2 * N_TILES + 4 * M_TILES + half) * 32];
+        for (int j = 0; j < N_TILES; ++j) wv[j] = slot[(half * N_TILES + j) * 32];
+        #pragma unroll
+        for (int i = 0; i < M_TILES; ++i)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) xv[i][h] = slot[(2 * N_TILES + (half * M_TILES + i) * 2 + h) * 32];
+        if constexpr (NORM) {
+          const uint4 gv = slot[(2 * N_TILES + 4 * M_TILES + half) * 32];
+          #pragma unroll
+          for (int i = 0; i < M_TILES; ++i) {
+            const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
+            const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
+              mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
+            }
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) xv[i][h] = scaled<T>(xv[i][h], gv);
+          }
+        }
         #pragma unroll
         for (int i = 0; i < M_TILES; ++i) {
           const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
           const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
           #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
-            mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
+          for (int j = 0; j < N_TILES; ++j) {
+            mlxcel::Mma<T>::run(acc[i][j], a0, wv[j].x, wv[j].y);
+            mlxcel::Mma<T>::run(acc[i][j], a1, wv[j].z, wv[j].w);
           }
-          #pragma unroll
-          for (int h = 0; h < 2; ++h) xv[i][h] = scaled<T>(xv[i][h], gv);
-        }
-      }
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i) {
-        const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
-        const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
-        #pragma unroll
-        for (int j = 0; j < N_TILES; ++j) {
-          mlxcel::Mma<T>::run(acc[i][j], a0, wv[j].x, wv[j].y);
-          mlxcel::Mma<T>::run(acc[i][j], a1, wv[j].z, wv[j].w);
         }
       }
     }
-  }
-  wait_copies<0>();
-  __syncthreads();                  // the rings are done with: their memory takes the warps' sums
-
-  float* sums = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][R][32]
-  float* row_squares = sums + WARPS * R * 32;              // [WARPS][ROWS] (NORM)
-  float* row_scale = row_squares + WARPS * ROWS;           // [ROWS]: 1 / rms (NORM)
-  #pragma unroll
-  for (int i = 0; i < M_TILES; ++i)
-    #pragma unroll
-    for (int j = 0; j < N_TILES; ++j)
-      #pragma unroll
-      for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
-  if constexpr (NORM) {
-    // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
-    // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
-    if (t == g / 2) {
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i) {
-        row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
-        row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
-      }
-    }
-    __syncthreads();
-    for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
-      float total = 0.f;
-      #pragma unroll
-      for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
-      row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
-    }
-  }
-  __syncthreads();
-  // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one row
-  // (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
-  for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += WARPS * 32) {
-    const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
-    const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
-    float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
-    #pragma unroll
-    for (int v = 0; v < WARPS; ++v) {
-      lo += sums[(v * R + a) * 32 + l];
-      hi += sums[(v * R + a + 1) * 32 + l];
-      if constexpr (SWIGLU) {
-        up_lo += sums[(v * R + up) * 32 + l];
-        up_hi += sums[(v * R + up + 1) * 32 + l];
-      }
-    }
-    const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
-    if (row < M && col < n_out) {
-      if constexpr (NORM) {
-        const float scale = row_scale[row];
-        lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
-      }
-      const size_t at = size_t(row) * n_out + col;
-      if constexpr (SWIGLU) {
-        y[at] = swiglu<T>(lo, up_lo);
-        y[at + 1] = swiglu<T>(hi, up_hi);
-      } else if constexpr (ADD) {
-        y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
-        y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
-      } else {
-        y[at] = static_cast<T>(lo);
-        y[at + 1] = static_cast<T>(hi);
-      }
-    }
+    finish(first_column(tile_step));
   }
 }
 
@@ -304,35 +336,42 @@ class Epilogue:
         norm = "norm_weight" if self.norm else "(const T*)nullptr"
         residual = "residual" if self.add else "(const T*)nullptr"
         return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
-                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS>(x, x_shape, x_ndim, w, {norm}, "
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS, LOOP>(x, x_shape, x_ndim, w, {norm}, "
                 f"{residual}, y, w_shape[0], w_shape[1]);")
 
 
 PRODUCT = Epilogue()
 
 
+SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
+
+
 @dataclass(frozen=True)
 class Tiles:
     """A launch's shape: rows in 16-row tiles, a block's columns in 8-column tiles, the block's warps
-    splitting K, each with a ring of ``stages`` chunks in flight."""
+    splitting K, each with a ring of ``stages`` chunks in flight. ``loop``: a block takes every SMS-th
+    column tile or so (one wave of blocks), its rings running on across tiles, where one tile a block
+    would take several waves, each block starting with empty rings and ending with none in flight."""
 
     m_tiles: int
     n_tiles: int = 8
     warps: int = 4
     stages: int = 3
+    loop: bool = False
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
         ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles + epilogue.norm) * 32 * 16
         rows = self.m_tiles * 16
-        sums = self.warps * self.m_tiles * self.n_tiles * 4 * 32 + (self.warps + 1) * rows * epilogue.norm
-        return max(ring, sums * 4)
+        sums = 4 * (self.warps * self.m_tiles * self.n_tiles * 4 * 32 + (self.warps + 1) * rows * epilogue.norm)
+        return ring + sums if self.loop else max(ring, sums)
 
-    def blocks(self, n: int) -> int:
-        """Blocks over a weight of ``n`` rows (with swiglu: gate and up, each block half of each)."""
+    def column_tiles(self, n: int) -> int:
+        """A block's worth of columns over a weight of ``n`` rows (swiglu: gate and up, half of each)."""
         return -(-n // (8 * self.n_tiles))
 
-
-SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
+    def blocks(self, n: int) -> int:
+        tiles = self.column_tiles(n)
+        return -(-tiles // -(-tiles // SMS)) if self.loop else tiles
 
 
 def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
@@ -353,6 +392,9 @@ def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
         tiles = replace(tiles, n_tiles=4)
     while tiles.shared_bytes(epilogue) > SHARED_LIMIT:
         tiles = replace(tiles, warps=tiles.warps // 2) if tiles.warps > 4 else replace(tiles, stages=tiles.stages - 1)
+    looping = replace(tiles, loop=True)
+    if tiles.column_tiles(n) > SMS and looping.shared_bytes(epilogue) <= SHARED_LIMIT:
+        return looping
     return tiles
 
 
@@ -391,7 +433,7 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
         inputs=inputs,
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
-                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0)],
+                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0), ("LOOP", tiles.loop)],
         grid=(tiles.blocks(n) * tiles.warps * 32, 1, 1), threadgroup=(tiles.warps * 32, 1, 1),
         output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y

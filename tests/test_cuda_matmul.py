@@ -13,6 +13,7 @@ more covers their second-order terms.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -124,7 +125,8 @@ def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype,
     unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(), [(name, dtype) for name in epilogue.inputs()],
                             [("y", dtype)],
                             [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
-                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0)])
+                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0),
+                             ("LOOP", tiles.loop)])
     with tempfile.TemporaryDirectory() as folder:
         registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255
@@ -184,7 +186,29 @@ def normed_product64(x: mx.array, w: mx.array, g: mx.array, eps: float, dtype: m
 
 
 @needs_cuda
-@pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288)])
+@pytest.mark.parametrize("rows, n, tiles", [(32, 133 * 64, Tiles(2, 8, 4, 3, loop=True)),    # the last block: 1 tile
+                                            (5, 300 * 32, Tiles(1, 4, 8, 3, loop=True)),
+                                            (32, 24576, None)])
+def test_a_looping_launch_computes_the_product_of_one_tile_a_block(rows, n, tiles):
+    # Each block's rings run on from one column tile into the next (Tiles.loop): every tile's products and
+    # sums must be its own, whichever block and position in the block's sequence it has.
+    rng = np.random.default_rng()
+    k = 1024
+    x = mx.array(rng.standard_normal((rows, 1, k)).astype(np.float32)).astype(mx.bfloat16)
+    w = mx.array((rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)).astype(mx.bfloat16)
+    tiles = tiles or tiles_for(rows, n)
+    assert tiles.loop and tiles.blocks(n) < tiles.column_tiles(n)
+    got = as64(skinny_matmul(x, w, tiles))[:, 0]
+    np.testing.assert_array_equal(got, as64(skinny_matmul(x, w, replace(tiles, loop=False)))[:, 0])
+    x64, w64 = as64(x)[:, 0], as64(w)
+    want = x64 @ w64.T
+    bound = ROUNDING[mx.bfloat16] * np.abs(want) + k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288),
+                                        (48, 6144, 1024)])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
 def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype):
     x, w, g = random_case(rows, n, k, dtype)
