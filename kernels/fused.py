@@ -46,7 +46,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import portable
-from .csr import PagedCsrView
+from .csr import PagedCsrView, upload
 from .kv_quant import SCALE_DTYPE, KVQuant, Pages, QuantizedPages
 from .shape import AttentionShape, check_inputs
 from .tile_plan import (HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, level0_max_warps_m,
@@ -532,8 +532,7 @@ class FusedKernels:
                     level_map[row, depth] = (first, plan.row_indptr[span + 1] - first, slot)
             table = np.where(members >= 0, members, members[:, :1])
             launch = self.partial_launch(shape, plan.num_tiles, layout, stacked=True, stages=level0_stages)
-            fused_levels.append(FusedLevel(launch, view,
-                                           plan.geometry, mx.array(table)))
+            fused_levels.append(FusedLevel(launch, view, plan.geometry, upload(table)[0]))
         first_level = np.asarray(levels[0][1])
         member_is_row = bool(len(levels) == 1 and first_level.shape == (1, rows)
                              and (first_level[0] == np.arange(rows)).all())
@@ -556,7 +555,7 @@ class FusedKernels:
             kernels=self, levels=tuple(fused_levels) if reuse is None else reuse.levels,
             private=private_launch, merge=merge, private_indices=private.indices,
             geometry_private=plan_private.geometry, indptr_private=plan_private.row_indptr_device,
-            level_map=mx.array(level_map) if reuse is None else reuse.level_map)
+            level_map=upload(level_map)[0] if reuse is None else reuse.level_map)
 
     def cascade_decode(self, q: mx.array, k_pool: Pages, v_pool: Pages, private: PagedCsrView, levels,
                        *, scale: float, **level0) -> mx.array:
