@@ -114,7 +114,7 @@ class PagedCsrView:
             indptr, indices, first, last = upload(host.indptr, host.indices, host.first_page_offset,
                                                   host.last_page_len)
         else:
-            (indptr, indices, first), last = device, mx.array(host.last_page_len)
+            (indptr, indices, first), (last,) = device, upload(host.last_page_len)
         return cls(indptr, indices, last, first, host.block_size, structure or PageStructure(), host)
 
 
