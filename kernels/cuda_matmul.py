@@ -20,7 +20,10 @@ copied: the mma's k order is permuted to match (its k 2t, 2t+1, 2t+8, 2t+9
 are a piece's first four, the next product's its last four), a sum's order
 being free, so no operand is shuffled. The warps' float32 sums meet in shared
 memory, are added in warp order (the same order every run) and rounded once
-to the output's dtype.
+to the output's dtype. Where one tile a block would take several waves of
+blocks (``Tiles.loop``), a block loops over column tiles instead, its warps'
+rings running on into the next tile's chunks while a tile's sums are added
+(their shared memory beside the rings, not in them).
 
 A decoder layer's ops around its projections ride along where the step's
 ops fold them (layer_ops, ``folds``): each is one launch less a layer for
