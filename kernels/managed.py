@@ -11,7 +11,9 @@ previous step still runs, so the kernels find them in device memory.
 
 The driver API through ctypes (MLX has no prefetch): if libcuda or its
 calls are missing, or a prefetch fails, arrays stay as MLX made them (the
-fault still moves them: slower, never wrong).
+fault still moves them: slower, never wrong). The target is device 0, the
+one MLX runs on unless a process sees several GPUs and picks another (then
+the pages fault over from device 0: again slower, never wrong).
 """
 
 from __future__ import annotations
