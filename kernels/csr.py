@@ -29,6 +29,8 @@ def upload(*arrays: np.ndarray) -> tuple[mx.array, ...]:
     parts = [np.asarray(a, np.int32) for a in arrays]
     if mx.default_device().type != mx.DeviceType.gpu:
         return tuple(mx.array(p) for p in parts)
+    if len(parts) == 1:           # no views to make
+        return (to_device(mx.array(parts[0])),)
     ends = np.cumsum([p.size for p in parts])
     buffer = to_device(mx.array(np.concatenate([p.reshape(-1) for p in parts]) if parts else np.zeros(0, np.int32)))
     views = (buffer[end - p.size:end] for p, end in zip(parts, ends.tolist()))

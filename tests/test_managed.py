@@ -32,3 +32,6 @@ def test_a_prefetched_upload_keeps_its_values():
     assert total.item() == sum(int(p.astype(np.int64).sum()) * (i + 1) for i, p in enumerate(parts))
     for view, part in zip(views, parts):
         np.testing.assert_array_equal(np.array(view), part)
+    single, = upload(parts[1].reshape(64, 64))          # one array: itself, no view
+    assert single.shape == (64, 64)
+    np.testing.assert_array_equal(np.array(single), parts[1].reshape(64, 64))
