@@ -151,7 +151,6 @@ def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type:
         layer.halves = LayerHalves(layer)
         mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
         prepare_linears(layer)
-    link_projections(model.layers)
     return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
                        attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
 
@@ -203,11 +202,6 @@ class Linear(nn.Module):
         prepared = self._transposed
         return prepared[1] if prepared is not None and prepared[0] is self.weight else self.weight.T
 
-    def then(self) -> mx.array | None:
-        """The weight of the projection a step launches next (``link_projections``), or None."""
-        following = self.__dict__.get("_then")
-        return None if following is None else following.weight
-
     def __call__(self, x: mx.array, ops: ComposedOps = COMPOSED) -> mx.array:
         if "bias" in self:
             return mx.addmm(self.bias, x, self.transposed())
@@ -234,8 +228,8 @@ def norm_project(ops: ComposedOps, residual: mx.array | None, h: mx.array, norm:
                  linears: tuple[nn.Module, ...]) -> tuple[mx.array, list[mx.array]]:
     """(the stream, each linear's projection of its norm)."""
     if residual is None and all(folds(ops, linear, h) for linear in linears):
-        return h, [ops.normed_matmul(h, norm.weight, norm.eps, linear.weight, linear.transposed(),
-                                     then=linear.then()) for linear in linears]
+        return h, [ops.normed_matmul(h, norm.weight, norm.eps, linear.weight, linear.transposed())
+                   for linear in linears]
     stream, x = (h, norm(h)) if residual is None else ops.add_rms_norm(residual, h, norm.weight, norm.eps)
     return stream, [project(ops, linear, x) for linear in linears]
 
@@ -245,7 +239,7 @@ def project_add(ops: ComposedOps, linear: nn.Module, x: mx.array,
     """The stream once linear(x) joins ``residual``: (None, the sum) where the ops fold the add into the
     product's launch, else (residual, the product)."""
     if folds(ops, linear, x):
-        return None, ops.matmul_add(x, linear.weight, linear.transposed(), residual, then=linear.then())
+        return None, ops.matmul_add(x, linear.weight, linear.transposed(), residual)
     return residual, project(ops, linear, x)
 
 
@@ -260,19 +254,6 @@ def prepare_linears(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, Linear):
             module.prepare()
-
-
-def link_projections(layers: list[nn.Module]) -> None:
-    """Tell each of the decoder's projections which one a step launches right after it: o -> gate/up ->
-    down -> the next layer's q/k/v (q/k/v's next launch is the attention's), so its launch may prefetch that
-    weight (the ops' ``then``). Only between the engine's fused ``Linear``s; the rest keep None."""
-    chain = []
-    for layer in layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        chain += [attn.get("qkv_proj"), None, attn.o_proj, mlp.get("gate_up_proj"), mlp.down_proj]
-    for first, second in zip(chain, chain[1:]):
-        if isinstance(first, Linear):
-            first.__dict__["_then"] = second if isinstance(second, Linear) else None   # not a child module
 
 
 class PagedAttention(nn.Module):
@@ -330,8 +311,7 @@ class FusedMLP(nn.Module):
         """The stream's pair once the MLP of its norm joins it."""
         if "gate_up_proj" in self and residual is None and folds(ops, self.gate_up_proj, h):
             linear = self.gate_up_proj
-            stream, activation = h, ops.normed_swiglu(h, norm.weight, norm.eps, linear.weight, linear.transposed(),
-                                                      then=linear.then())
+            stream, activation = h, ops.normed_swiglu(h, norm.weight, norm.eps, linear.weight, linear.transposed())
         elif "gate_up_proj" in self:
             stream, (gate_up,) = norm_project(ops, residual, h, norm, (self.gate_up_proj,))
             activation = swiglu(*mx.split(gate_up, [self.hidden], axis=-1))

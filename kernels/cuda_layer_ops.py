@@ -337,22 +337,21 @@ class CudaOps(ComposedOps):
         return self.skinny_matmuls and cuda_matmul.takes(x, weight)
 
     def normed_matmul(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array, then: mx.array | None = None) -> mx.array:
+                      transposed: mx.array) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight):
-            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), then=then)
+            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps))
         return super().normed_matmul(x, norm_weight, eps, weight, transposed)
 
     def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array, then: mx.array | None = None) -> mx.array:
+                      transposed: mx.array) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight) and weight.shape[0] % 16 == 0:
-            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True, then=then)
+            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True)
         return super().normed_swiglu(x, norm_weight, eps, weight, transposed)
 
-    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array,
-                   then: mx.array | None = None) -> mx.array:
+    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
         if (self.folds(x, weight) and residual.dtype == x.dtype
                 and residual.shape == (*x.shape[:-1], weight.shape[0])):
-            return cuda_matmul.skinny_matmul(x, weight, residual=residual, then=then)
+            return cuda_matmul.skinny_matmul(x, weight, residual=residual)
         return super().matmul_add(x, weight, transposed, residual)
 
     def host_bound(self) -> ComposedOps:

@@ -44,14 +44,6 @@ of GPU time at 32 rows, its encode ~10 us of the host's):
   half of column tiles are gate rows, its second half the same up rows, and
   it writes silu(gate) * up ([.., H]), each step rounded as mlx-lm's swiglu
   rounds it.
-
-A layer's projections follow one another (o, gate/up, down, the next layer's
-q/k/v), and each launch starts with its rings empty: the memory idles from a
-launch's last loads, through its last products, sums and stores and the
-next launch's start, until that one's first loads return. So a launch may
-take the next one's weight (``then``) and, as each warp stages its last
-chunk, prefetch into L2 the lines of it that the next launch's warps stage
-first.
 """
 
 from __future__ import annotations
@@ -110,24 +102,10 @@ __device__ __forceinline__ T swiglu(float gate_sum, float up_sum) {
   return static_cast<T>(static_cast<float>(static_cast<T>(gate * sigmoid)) * up);
 }
 
-// The next launch's weight, the first `lines` 128-byte lines of each row, into L2: its rows split over this
-// launch's blocks, each thread every (WARPS * 32)-th line of its block's share.
-template <typename T, int WARPS>
-__device__ __forceinline__ void prefetch_rows(const T* next, int rows, int k, int lines) {
-  const int share = (rows + int(gridDim.x) - 1) / int(gridDim.x);
-  const int first = int(blockIdx.x) * share, count = max(0, min(rows, first + share) - first);
-  const int row_lines = min(lines, (k * int(sizeof(T)) + 127) / 128);
-  const size_t row_bytes = size_t(k) * sizeof(T);
-  const unsigned char* base = reinterpret_cast<const unsigned char*>(next) + size_t(first) * row_bytes;
-  for (int i = threadIdx.x; i < count * row_lines; i += WARPS * 32)
-    asm volatile("prefetch.global.L2 [%0];\n" :: "l"(base + size_t(i / row_lines) * row_bytes + (i % row_lines) * 128));
-}
-
 template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
-          int EPS_BITS, bool LOOP, int PREFETCH_LINES, typename S>
+          int EPS_BITS, bool LOOP, typename S>
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
-                                              const T* norm_weight, const T* residual, T* y, int N, int K,
-                                              const T* next_w, int next_n, int next_k) {
+                                              const T* norm_weight, const T* residual, T* y, int N, int K) {
   static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
   static_assert(!SWIGLU || N_TILES % 2 == 0, "gate and up take half a block's column tiles each");
   static_assert(!(SWIGLU && ADD), "one epilogue");
@@ -290,28 +268,14 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     }
   };
 
-  // PREFETCH_LINES: once this warp has staged its last chunk, the next launch's first lines go to L2, so the
-  // memory streams on through this launch's last products and sums and the next one's first loads.
-  bool prefetched = PREFETCH_LINES == 0;
-  auto prefetch_next = [&]() {
-    if constexpr (PREFETCH_LINES > 0) {
-      if (!prefetched && (staged_tile >= my_tiles || mine == 0)) {
-        prefetch_rows<T, WARPS>(next_w, next_n, next_k, PREFETCH_LINES);
-        prefetched = true;
-      }
-    }
-  };
-
   #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) stage_chunk();
-  prefetch_next();
   int used = 0;
   for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
     clear();
     for (int c = 0; c < mine; ++c, ++used) {
       wait_copies<STAGES - 2>();       // chunk `used` has landed
       stage_chunk();                   // into the stage the chunk before it left (its products are issued)
-      prefetch_next();
       const uint4* slot = ring + (used % STAGES) * PIECES * 32;
       #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -362,33 +326,27 @@ SHARED_LIMIT = 227 << 10     # an H100's / H200's shared memory a block may opt 
 @dataclass(frozen=True)
 class Epilogue:
     """What the launch does besides the product (the module's docstring): the norm of x on the way in (its
-    weight an input), the residual added to y (an input), or gate and up folded by swiglu; and whether it
-    prefetches the next launch's weight (``then``, an input) into L2."""
+    weight an input), the residual added to y (an input), or gate and up folded by swiglu."""
 
     norm: bool = False
     add: bool = False
     swiglu: bool = False
-    prefetch: bool = False
 
     def inputs(self) -> list[str]:
-        return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add + ["then"] * self.prefetch
+        return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add
 
     def call(self) -> str:
         norm = "norm_weight" if self.norm else "(const T*)nullptr"
         residual = "residual" if self.add else "(const T*)nullptr"
-        then = "then, then_shape[0], then_shape[1]" if self.prefetch else "(const T*)nullptr, 0, 0"
         return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
-                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS, LOOP, PREFETCH_LINES>(x, x_shape, "
-                f"x_ndim, w, {norm}, {residual}, y, w_shape[0], w_shape[1], {then});")
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS, LOOP>(x, x_shape, x_ndim, w, {norm}, "
+                f"{residual}, y, w_shape[0], w_shape[1]);")
 
 
 PRODUCT = Epilogue()
 
 
 SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
-# The most of the next launch's weight a launch prefetches into L2 (``then``): about what the memory moves
-# in the few microseconds it would otherwise idle between the launches; 0 turns prefetching off.
-PREFETCH_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -465,34 +423,20 @@ def takes_norm(x: mx.array, norm_weight: mx.array) -> bool:
     return norm_weight.shape == (x.shape[-1],) and norm_weight.dtype == x.dtype
 
 
-def prefetch_lines(rows: int, then: mx.array | None) -> int:
-    """128-byte lines of each row of ``then`` (the next launch's weight [N, K], or None) to prefetch: what
-    its warps stage first (a chunk is one line of a row), at most PREFETCH_BYTES in all; 0: none."""
-    if then is None or PREFETCH_BYTES <= 0 or then.ndim != 2 or then.dtype not in DTYPES:
-        return 0
-    n, k = then.shape
-    first = tiles_for(rows, n)
-    return max(1, min(first.warps * (first.stages - 1), k * 2 // 128, PREFETCH_BYTES // (128 * n)))
-
-
 def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
                   norm: tuple[mx.array, float] | None = None, residual: mx.array | None = None,
-                  swiglu: bool = False, then: mx.array | None = None) -> mx.array:
+                  swiglu: bool = False) -> mx.array:
     """x [..., K] @ weight.T for a weight [N, K] that ``takes`` accepts; ``norm`` (weight, eps): of
     rms_norm(x) instead; ``residual`` [..., N]: plus it; ``swiglu`` (N in whole 16-column tiles): swiglu of
-    the product's two halves, gate then up ([..., N / 2]); ``then``: the weight the next launch reads, whose
-    first lines this one prefetches into L2 as its own loads end (a hint: the product is the same)."""
+    the product's two halves, gate then up ([..., N / 2])."""
     n, k = weight.shape
-    lines = prefetch_lines(x.size // k, then)
-    epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu, prefetch=lines > 0)
+    epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu)
     tiles = tiles or tiles_for(x.size // k, n, epilogue)
-    inputs = ([x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
-              + ([then] if lines else []))
+    inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
     y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
         inputs=inputs,
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
-                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0), ("LOOP", tiles.loop),
-                  ("PREFETCH_LINES", lines)],
+                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0), ("LOOP", tiles.loop)],
         grid=(tiles.blocks(n) * tiles.warps * 32, 1, 1), threadgroup=(tiles.warps * 32, 1, 1),
         output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y

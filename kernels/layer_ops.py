@@ -95,22 +95,18 @@ class ComposedOps:
         in ``add_rms_norm``'s."""
         return False
 
-    # ``then`` (the folding ops): the weight the step's next projection reads, which a launch may prefetch;
-    # a hint that changes no result.
-
     def normed_matmul(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array, then: mx.array | None = None) -> mx.array:
+                      transposed: mx.array) -> mx.array:
         """rms_norm(x) * norm_weight @ weight.T."""
         return self.matmul(mx.fast.rms_norm(x, norm_weight, eps), weight, transposed)
 
     def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array, then: mx.array | None = None) -> mx.array:
+                      transposed: mx.array) -> mx.array:
         """swiglu(gate, up) of the normed x's product with gate and up stacked (weight [2 H, K])."""
         gate, up = mx.split(self.normed_matmul(x, norm_weight, eps, weight, transposed), 2, axis=-1)
         return swiglu(gate, up)
 
-    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array,
-                   then: mx.array | None = None) -> mx.array:
+    def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
         """residual + x @ weight.T."""
         return residual + self.matmul(x, weight, transposed)
 

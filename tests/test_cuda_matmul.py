@@ -24,8 +24,8 @@ import pytest
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
-from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PREFETCH_BYTES, PRODUCT, SHARED_LIMIT, Epilogue, Tiles,
-                                        prefetch_lines, skinny_matmul, takes, takes_norm, tiles_for)
+from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, skinny_matmul,
+                                        takes, takes_norm, tiles_for)
 from mlxcel.kernels.layer_ops import COMPOSED
 
 needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
@@ -111,8 +111,7 @@ def test_ops_that_do_not_fold_run_the_composed_definitions():
                                   np.array(nn.silu(gate) * up))
 
 
-EPILOGUES = [PRODUCT, Epilogue(norm=True), Epilogue(add=True, prefetch=True), Epilogue(norm=True, swiglu=True),
-             Epilogue(norm=True, swiglu=True, prefetch=True)]
+EPILOGUES = [PRODUCT, Epilogue(norm=True), Epilogue(add=True), Epilogue(norm=True, swiglu=True)]
 
 
 @needs_nvcc
@@ -127,7 +126,7 @@ def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype,
                             [("y", dtype)],
                             [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
                              ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0),
-                             ("LOOP", tiles.loop), ("PREFETCH_LINES", 8 if epilogue.prefetch else 0)])
+                             ("LOOP", tiles.loop)])
     with tempfile.TemporaryDirectory() as folder:
         registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255
@@ -262,45 +261,3 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
     assert np.mean(np.abs(unnormed - want) > bound) > 0.5
     swapped = up / (1 + np.exp(-up)) * gate
     assert 8 * np.median(np.abs(got - want)) < np.median(np.abs(swapped - want))
-
-
-@needs_cuda
-@pytest.mark.parametrize("rows, n, k, next_shape", [(32, 4096, 4096, (24576, 4096)), (5, 24576, 4096, (4096, 12288)),
-                                                     (20, 200, 192, (64, 128)), (3, 48, 128, (4096, 4096))])
-def test_prefetching_the_next_weight_leaves_every_epilogue_bit_for_bit(rows, n, k, next_shape):
-    # The prefetch is a hint to L2: every product, norm, add and swiglu is the one without it. Shapes: the
-    # engine's chain (o -> gate/up, gate/up -> down), a next weight of fewer rows than blocks, more than
-    # this launch has rows of its own.
-    x, w, g = random_case(rows, n, k, mx.bfloat16)
-    then = mx.array(np.random.default_rng().standard_normal(next_shape).astype(np.float32)).astype(mx.bfloat16)
-    residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(mx.bfloat16)
-    assert prefetch_lines(rows, then) > 0
-    for options in ({}, {"norm": (g, 1e-6)}, {"residual": residual}, {"norm": (g, 1e-6), "swiglu": True}):
-        plain = as64(skinny_matmul(x, w, **options))
-        assert len(np.unique(plain)) > plain.size // 4          # a product of varied values, not a constant
-        np.testing.assert_array_equal(as64(skinny_matmul(x, w, **options, then=then)), plain)
-
-
-def test_a_launch_prefetches_what_the_next_ones_warps_stage_first_within_the_budget():
-    # Lines are 128 bytes, one chunk of a row: the next launch's warps x the chunks its rings hold in flight.
-    down, gate_up = mx.zeros((4096, 12288), mx.bfloat16), mx.zeros((24576, 4096), mx.bfloat16)
-    first = tiles_for(32, 4096)
-    assert prefetch_lines(32, down) == first.warps * (first.stages - 1) == 16
-    lines = prefetch_lines(32, gate_up)          # 8 would be 25 MB: the budget cuts it
-    assert lines * 128 * 24576 <= PREFETCH_BYTES < (lines + 1) * 128 * 24576
-    assert prefetch_lines(32, mx.zeros((64, 128), mx.float16)) == 2          # a row's 256 bytes
-    assert prefetch_lines(32, None) == prefetch_lines(32, mx.zeros((64, 128), mx.float32)) == 0
-
-
-def test_each_projection_names_the_one_a_step_launches_after_it(tiny_loaded):
-    # o -> gate/up -> down -> the next layer's q/k/v; q/k/v's next launch is the attention's, the last
-    # layer's down is followed by the head (not a decoder projection).
-    layers = tiny_loaded.model.layers
-    for index, layer in enumerate(layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        assert attn.qkv_proj.then() is None
-        assert attn.o_proj.then() is mlp.gate_up_proj.weight
-        assert mlp.gate_up_proj.then() is mlp.down_proj.weight
-        following = layers[index + 1].self_attn.qkv_proj.weight if index + 1 < len(layers) else None
-        assert mlp.down_proj.then() is following
-    assert len(layers) > 1
