@@ -1,0 +1,21 @@
+# gate/up's looping launch summing the squares once a block: its GPU tests, probe.py (main / once, A B B A in
+# one process), then the e2e bench on the code as it stands (cascade, flat ABBA, mlx-lm).
+# Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
+set -u
+if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
+  cp .whl-b/* /tmp/w/ && cat /tmp/w/part.* > /tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/w/*.whl .whl-lm/*.whl || exit 1
+fi
+mkdir -p /tmp/mlxcel-shim/mlxcel && ln -sfn $PWD/engine /tmp/mlxcel-shim/mlxcel/engine && ln -sfn $PWD/kernels /tmp/mlxcel-shim/mlxcel/kernels
+export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export MLX_PTX_CACHE_DIR=/tmp/ptx
+D=docs/benchmark_results/h200-runs-2026-12-03/run52-squares
+echo "installed at $SECONDS s"
+timeout 90 python3 -m pytest -q -p no:cacheprovider -rf tests/test_cuda_matmul.py -k "looping or norm or swiglu" \
+  > $OUT/tests.log 2>&1
+echo "tests exit $? at $SECONDS s"; grep -E "^FAILED|^ERROR|passed|failed|Error" $OUT/tests.log | tail -6
+timeout 200 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
+echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/ 2>/dev/null; cat $OUT/probe.md; tail -2 $OUT/probe.log
+timeout $((580 - SECONDS)) python3 benchmarks/gpu_e2e_bench.py --out /tmp/e2e > $OUT/e2e.log 2>&1
+echo "e2e exit $? at $SECONDS s"; cp /tmp/e2e/e2e_bench.json /tmp/e2e/e2e_bench.md $OUT/ 2>/dev/null
+grep "^| " $OUT/e2e_bench.md; grep -A3 '"cascade_vs_flat_tokens"\|"flat_vs_mlx_lm_tokens"' $OUT/e2e_bench.json | head -12
