@@ -37,7 +37,7 @@ of GPU time at 32 rows, its encode ~10 us of the host's):
   registers); a row's 1/rms, known only once every chunk is read, multiplies
   its sums at the end (a per-row factor commutes with the product). Every
   block adds the same squares in the same order, so every block's rows get
-  the same factor; a looping block sums them in its first tile only.
+  the same factor.
 - ``residual``: y = x W^T + residual, the product rounded before the add, as
   the separate add rounds it.
 - ``swiglu``: the weight is gate and up stacked ([2 H, K]); a block's first
@@ -204,9 +204,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   float* sums = reinterpret_cast<float*>(mlxcel_shared + (LOOP ? RING_BYTES : 0));   // [WARPS][R][32]
   float* row_squares = sums + WARPS * R * 32;              // [WARPS][ROWS] (NORM)
   float* row_scale = row_squares + WARPS * ROWS;           // [ROWS]: 1 / rms (NORM)
-  // first: the block's first tile, whose chunks summed the rows' squares (LOOP: the later tiles reuse its
-  // row_scale, which no later tile's sums overwrite).
-  auto finish = [&](int n0, bool first) {
+  auto finish = [&](int n0) {
     if constexpr (!LOOP) wait_copies<0>();
     __syncthreads();                // !LOOP: the rings are done with; LOOP: the last tile's sums are read
     #pragma unroll
@@ -215,7 +213,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
       for (int j = 0; j < N_TILES; ++j)
         #pragma unroll
         for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
-    if (NORM && first) {
+    if constexpr (NORM) {
       // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
       // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
       if (t == g / 2) {
@@ -294,12 +292,10 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
           for (int i = 0; i < M_TILES; ++i) {
             const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
             const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
-            if (tile_step == 0) {       // the squares once a block: every tile of it reads the same rows of x
-              #pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
-                mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
-              }
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
+              mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
             }
             #pragma unroll
             for (int h = 0; h < 2; ++h) xv[i][h] = scaled<T>(xv[i][h], gv);
@@ -317,7 +313,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
         }
       }
     }
-    finish(first_column(tile_step), tile_step == 0);
+    finish(first_column(tile_step));
   }
 }
 
