@@ -13,9 +13,9 @@ D=docs/benchmark_results/h200-runs-2026-12-03/run54-split-n
 echo "installed at $SECONDS s"
 timeout 80 python3 -m pytest -q -p no:cacheprovider -rf tests/test_cuda_matmul.py -k "splitting" > $OUT/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; grep -E "^FAILED|^ERROR|passed|failed|Error|assert" $OUT/tests.log | head -8
-timeout 200 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
+timeout 190 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
 echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/ 2>/dev/null; cat $OUT/probe.md; tail -2 $OUT/probe.log
-timeout $((430 - SECONDS)) python3 benchmarks/gpu_matmul_bench.py --out /tmp/mm --rows 32 --sweep \
+timeout $((330 - SECONDS)) python3 benchmarks/gpu_matmul_bench.py --out /tmp/mm --rows 32 --sweep \
   --sweep-tiles s2x4x6 s2x4x8 s1x4x8 s2x8x4 s1x2x8 > $OUT/matmul.log 2>&1
 echo "bench exit $? at $SECONDS s"; cp /tmp/mm/matmul.* $OUT/ 2>/dev/null
 grep '"arm"' $OUT/matmul.log | python3 -c "import sys,json; [print(r['shape'], r['arm'], round(r['gpu_us'],2), round(r['tb_s'],2)) for r in map(json.loads, sys.stdin)]"
