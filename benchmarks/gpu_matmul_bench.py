@@ -64,8 +64,7 @@ def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
 
 
 def label(tiles: Tiles) -> str:
-    return (f"skinny {'s' * tiles.split_n}{tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
-            + (" looping" if tiles.loop else ""))
+    return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}" + (" looping" if tiles.loop else "")
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -83,11 +82,9 @@ def main() -> None:
     parser.add_argument("--chain", type=int, default=24)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--sweep-tiles", nargs="+", metavar="NxWxS",
-                        help="the launch shapes to sweep (n tiles x warps x stages; a leading s: warps splitting N, "
-                             "n tiles a warp) instead of SWEEP's")
+                        help="the launch shapes to sweep (n tiles x warps x stages) instead of SWEEP's")
     args = parser.parse_args()
-    sweep = ([(*(int(v) for v in shape.lstrip("s").split("x")), False, shape.startswith("s"))
-              for shape in args.sweep_tiles] if args.sweep_tiles else SWEEP)
+    sweep = [tuple(int(v) for v in shape.split("x")) for shape in args.sweep_tiles] if args.sweep_tiles else SWEEP
     args.out.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)
     results = []

@@ -317,173 +317,6 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   }
 }
 
-// Split N: each warp owns N_TILES column tiles over all of K, the block's x chunk staged once for all its
-// warps (16-byte pieces, swizzled so that a quarter-warp's reads of two rows hit distinct banks), one barrier
-// a chunk; a warp's sums are whole, so none meet across warps. Each product takes skinny_matmul's operands in
-// its k order, and chunk c's squares (the norm) are summed by warp c % WARPS, as skinny_matmul's are.
-template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
-          int EPS_BITS, typename S>
-__device__ __forceinline__ void split_n_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
-                                               const T* norm_weight, const T* residual, T* y, int N, int K) {
-  static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
-  static_assert(!SWIGLU || N_TILES % 2 == 0, "gate and up take half a warp's column tiles each");
-  static_assert(!(SWIGLU && ADD), "one epilogue");
-  constexpr int ROWS = M_TILES * 16;
-  constexpr int THREADS = WARPS * 32;
-  constexpr int OUT_TILES = SWIGLU ? N_TILES / 2 : N_TILES;   // a warp's 8-column tiles of y
-  constexpr int X_BYTES = ROWS * 128;                          // a chunk of x: 64 k a row
-  constexpr int G_BYTES = NORM ? 128 : 0;                      // a chunk of the norm's weight
-  constexpr int WARP_BYTES = 2 * N_TILES * 32 * 16;            // a warp's weight pieces, [piece][lane]
-  constexpr int STAGE_BYTES = X_BYTES + G_BYTES + WARPS * WARP_BYTES;
-  extern __shared__ __align__(16) unsigned char mlxcel_shared[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const int n_out = SWIGLU ? N / 2 : N;
-  int M = 1;   // x's leading axes are its rows
-  for (int d = 0; d < x_ndim - 1; ++d) M *= x_shape[d];
-  const int chunks = K / 64;
-  auto x_at = [](int row, int piece) { return row * 128 + ((piece ^ ((row & 1) << 2)) << 4); };
-
-  const int n0 = (int(blockIdx.x) * WARPS + warp) * OUT_TILES * 8;
-  const T* w_row[N_TILES];
-  #pragma unroll
-  for (int j = 0; j < N_TILES; ++j) {
-    const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
-    w_row[j] = w + size_t(column) * K + t * 8;
-  }
-  auto stage_chunk = [&](int chunk) {     // past the last chunk: an empty group, so the waits stay uniform
-    if (chunk < chunks) {
-      unsigned char* base = mlxcel_shared + (chunk % STAGES) * STAGE_BYTES;
-      const int k0 = chunk * 64;
-      for (int p = threadIdx.x; p < ROWS * 8; p += THREADS) {
-        const int row = p / 8, piece = p % 8;
-        copy16(base + x_at(row, piece), x + size_t(min(row, M - 1)) * K + k0 + piece * 8, row < M);
-      }
-      if constexpr (NORM) {
-        if (threadIdx.x < 8) copy16(base + X_BYTES + threadIdx.x * 16, norm_weight + k0 + threadIdx.x * 8, true);
-      }
-      uint4* mine = reinterpret_cast<uint4*>(base + X_BYTES + G_BYTES + warp * WARP_BYTES) + lane;
-      #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        #pragma unroll
-        for (int j = 0; j < N_TILES; ++j) copy16(mine + (half * N_TILES + j) * 32, w_row[j] + k0 + half * 32, true);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-  };
-
-  float acc[M_TILES][N_TILES][4], gram[M_TILES][2][4];
-  #pragma unroll
-  for (int i = 0; i < M_TILES; ++i) {
-    #pragma unroll
-    for (int j = 0; j < N_TILES; ++j)
-      #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
-    #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      #pragma unroll
-      for (int q = 0; q < 4; ++q) gram[i][h][q] = 0.f;
-  }
-
-  #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) stage_chunk(s);
-  for (int c = 0; c < chunks; ++c) {
-    wait_copies<STAGES - 2>();        // this thread's copies of chunk c have landed
-    __syncthreads();                  // everyone's; and every warp is done with chunk c - 1's stage
-    stage_chunk(c + STAGES - 1);      // into that stage
-    const unsigned char* base = mlxcel_shared + (c % STAGES) * STAGE_BYTES;
-    const uint4* mine = reinterpret_cast<const uint4*>(base + X_BYTES + G_BYTES + warp * WARP_BYTES) + lane;
-    #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint4 wv[N_TILES], xv[M_TILES][2];
-      #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) wv[j] = mine[(half * N_TILES + j) * 32];
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          xv[i][h] = *reinterpret_cast<const uint4*>(base + x_at(i * 16 + h * 8 + g, half * 4 + t));
-      if constexpr (NORM) {
-        const uint4 gv = *reinterpret_cast<const uint4*>(base + X_BYTES + (half * 4 + t) * 16);
-        #pragma unroll
-        for (int i = 0; i < M_TILES; ++i) {
-          if (c % WARPS == warp) {
-            const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
-            const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
-            #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              mlxcel::Mma<T>::run(gram[i][h], a0, xv[i][h].x, xv[i][h].y);
-              mlxcel::Mma<T>::run(gram[i][h], a1, xv[i][h].z, xv[i][h].w);
-            }
-          }
-          #pragma unroll
-          for (int h = 0; h < 2; ++h) xv[i][h] = scaled<T>(xv[i][h], gv);
-        }
-      }
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i) {
-        const uint32_t a0[4] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y};
-        const uint32_t a1[4] = {xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
-        #pragma unroll
-        for (int j = 0; j < N_TILES; ++j) {
-          mlxcel::Mma<T>::run(acc[i][j], a0, wv[j].x, wv[j].y);
-          mlxcel::Mma<T>::run(acc[i][j], a1, wv[j].z, wv[j].w);
-        }
-      }
-    }
-  }
-
-  // The norm: the warps' squares (skinny_matmul's layout of them) in the ring's memory, done with.
-  float* row_scale = reinterpret_cast<float*>(mlxcel_shared) + WARPS * ROWS;   // [ROWS]: 1 / rms
-  if constexpr (NORM) {
-    float* row_squares = reinterpret_cast<float*>(mlxcel_shared);              // [WARPS][ROWS]
-    wait_copies<0>();
-    __syncthreads();
-    if (t == g / 2) {
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i) {
-        row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
-        row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
-      }
-    }
-    __syncthreads();
-    for (int r = threadIdx.x; r < ROWS; r += THREADS) {
-      float total = 0.f;
-      #pragma unroll
-      for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
-      row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
-    }
-    __syncthreads();
-  }
-  // Accumulator pair (q, q + 1) of tile (i, j): row i * 16 + g (+ 8 for q = 2), columns 2 t and 2 t + 1.
-  #pragma unroll
-  for (int i = 0; i < M_TILES; ++i)
-    #pragma unroll
-    for (int j = 0; j < OUT_TILES; ++j)
-      #pragma unroll
-      for (int q = 0; q < 4; q += 2) {
-        const int row = i * 16 + g + (q ? 8 : 0), col = n0 + j * 8 + t * 2;
-        if (row >= M || col >= n_out) continue;
-        float lo = acc[i][j][q], hi = acc[i][j][q + 1];
-        float up_lo = SWIGLU ? acc[i][(j + OUT_TILES) % N_TILES][q] : 0.f;
-        float up_hi = SWIGLU ? acc[i][(j + OUT_TILES) % N_TILES][q + 1] : 0.f;
-        if constexpr (NORM) {
-          const float scale = row_scale[row];
-          lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
-        }
-        const size_t at = size_t(row) * n_out + col;
-        if constexpr (SWIGLU) {
-          y[at] = swiglu<T>(lo, up_lo);
-          y[at + 1] = swiglu<T>(hi, up_hi);
-        } else if constexpr (ADD) {
-          y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
-          y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
-        } else {
-          y[at] = static_cast<T>(lo);
-          y[at + 1] = static_cast<T>(hi);
-        }
-      }
-}
-
 }  // namespace mlxcel_matmul
 """
 
@@ -502,14 +335,12 @@ class Epilogue:
     def inputs(self) -> list[str]:
         return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add
 
-    def call(self, split_n: bool = False) -> str:
-        """The kernel body's call: skinny_matmul, or split_n_matmul (``Tiles.split_n``)."""
+    def call(self) -> str:
         norm = "norm_weight" if self.norm else "(const T*)nullptr"
         residual = "residual" if self.add else "(const T*)nullptr"
-        flags = f"{str(self.norm).lower()}, {str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS"
-        kernel = (f"split_n_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}>" if split_n
-                  else f"skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}, LOOP>")
-        return f"mlxcel_matmul::{kernel}(x, x_shape, x_ndim, w, {norm}, {residual}, y, w_shape[0], w_shape[1]);"
+        return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS, LOOP>(x, x_shape, x_ndim, w, {norm}, "
+                f"{residual}, y, w_shape[0], w_shape[1]);")
 
 
 PRODUCT = Epilogue()
@@ -530,20 +361,16 @@ class Tiles:
     warps: int = 4
     stages: int = 3
     loop: bool = False
-    split_n: bool = False   # split_n_matmul: each warp ``n_tiles`` column tiles over all of K, x shared
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
-        rows = self.m_tiles * 16
-        if self.split_n:
-            stage = rows * 128 + 128 * epilogue.norm + self.warps * 2 * self.n_tiles * 32 * 16
-            return max(self.stages * stage, 4 * (self.warps + 1) * rows * epilogue.norm)
         ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles + epilogue.norm) * 32 * 16
+        rows = self.m_tiles * 16
         sums = 4 * (self.warps * self.m_tiles * self.n_tiles * 4 * 32 + (self.warps + 1) * rows * epilogue.norm)
         return ring + sums if self.loop else max(ring, sums)
 
     def column_tiles(self, n: int) -> int:
         """A block's worth of columns over a weight of ``n`` rows (swiglu: gate and up, half of each)."""
-        return -(-n // (8 * self.n_tiles * (self.warps if self.split_n else 1)))
+        return -(-n // (8 * self.n_tiles))
 
     def blocks(self, n: int) -> int:
         tiles = self.column_tiles(n)
@@ -575,9 +402,9 @@ def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(epilogue: Epilogue, shared_bytes: int, split_n: bool = False):
+def kernel_for(epilogue: Epilogue, shared_bytes: int):
     # The digest names the kernel: MLX caches compiled kernels by name (the template's constants apart).
-    call = epilogue.call(split_n)
+    call = epilogue.call()
     digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
     return make_kernel(f"mlxcel_skinny_matmul_{digest}_{shared_bytes}", epilogue.inputs(), ["y"], call,
                        compact_source(LIBRARY), shared_bytes)
@@ -606,7 +433,7 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu)
     tiles = tiles or tiles_for(x.size // k, n, epilogue)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
-    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue), tiles.split_n)(
+    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
         inputs=inputs,
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
                   ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0), ("LOOP", tiles.loop)],

@@ -112,10 +112,6 @@ def test_ops_that_do_not_fold_run_the_composed_definitions():
 
 
 EPILOGUES = [PRODUCT, Epilogue(norm=True), Epilogue(add=True), Epilogue(norm=True, swiglu=True)]
-# Warps splitting N (split_n_matmul): gate/up's launch at 32 rows, and others past it (fewer rows than a tile,
-# 64 rows, eight warps).
-SPLIT_N = [Tiles(2, 2, 4, 6, split_n=True), Tiles(1, 2, 4, 8, split_n=True), Tiles(4, 2, 2, 4, split_n=True),
-           Tiles(2, 2, 8, 4, split_n=True), Tiles(2, 1, 4, 8, split_n=True)]
 
 
 @needs_nvcc
@@ -134,20 +130,6 @@ def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype,
     with tempfile.TemporaryDirectory() as folder:
         registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255
-
-
-@needs_nvcc
-@pytest.mark.parametrize("tiles, epilogue", [(t, e) for t in SPLIT_N for e in EPILOGUES
-                                             if not (e.swiglu and t.n_tiles % 2)], ids=str)
-def test_the_split_n_kernel_compiles_without_spills_in_its_shared_memory(tiles, epilogue):
-    assert tiles.shared_bytes(epilogue) <= SHARED_LIMIT
-    unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(split_n=True),
-                            [(name, "bfloat16") for name in epilogue.inputs()], [("y", "bfloat16")],
-                            [("T", "bfloat16"), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
-                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0), ("LOOP", False)])
-    with tempfile.TemporaryDirectory() as folder:
-        registers, spills = resources(compile_unit(unit, Path(folder)))
-    assert spills == 0 and registers <= 168       # three blocks of 4 warps an SM
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -279,35 +261,3 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
     assert np.mean(np.abs(unnormed - want) > bound) > 0.5
     swapped = up / (1 + np.exp(-up)) * gate
     assert 8 * np.median(np.abs(got - want)) < np.median(np.abs(swapped - want))
-
-
-@needs_cuda
-@pytest.mark.parametrize("tiles, rows, n, k", [(SPLIT_N[0], 32, 24576, 4096), (SPLIT_N[1], 5, 208, 192),
-                                               (SPLIT_N[2], 40, 2064, 1024), (SPLIT_N[3], 17, 4096, 4160)],
-                         ids=["gate_up", "few_rows", "64_rows", "eight_warps"])
-def test_warps_splitting_n_compute_every_epilogue_as_float64(tiles, rows, n, k):
-    # The same bounds as the tests above (the module's docstring), for split_n_matmul's launches: N past a
-    # block's columns, rows past a tile, K of an odd number of chunks.
-    x, w, g = random_case(rows, n, k, mx.bfloat16)
-    residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(mx.bfloat16)
-    u, eps = ROUNDING[mx.bfloat16], 1e-6
-    x64, w64 = as64(x)[:, 0], as64(w)
-    product = x64 @ w64.T
-    sums = k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
-    got = as64(skinny_matmul(x, w, tiles))[:, 0]
-    assert np.all(np.abs(got - product) <= u * np.abs(product) + sums), np.abs(got - product).max()
-    assert np.mean(np.abs(x64[:, ::-1] @ w64.T - product) > u * np.abs(product) + sums) > 0.5
-    added = product + as64(residual)[:, 0]
-    got = as64(skinny_matmul(x, w, tiles, residual=residual))[:, 0]
-    assert np.all(np.abs(got - added) <= 1.25 * u * (np.abs(product) + np.abs(added)) + sums)
-    normed, error = normed_product64(x, w, g, eps, mx.bfloat16)
-    got = as64(skinny_matmul(x, w, tiles, norm=(g, eps)))[:, 0]
-    assert np.all(np.abs(got - normed) <= 1.25 * (error + u * np.abs(normed))), np.abs(got - normed).max()
-    gate, up = np.split(normed, 2, axis=1)
-    gate_error, up_error = np.split(error + u * np.abs(normed), 2, axis=1)
-    sigmoid = 1 / (1 + np.exp(-gate))
-    want = gate * sigmoid * up
-    bound = 1.25 * (1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error + 3 * u * np.abs(want))
-    got = as64(skinny_matmul(x, w, tiles, norm=(g, eps), swiglu=True))[:, 0]
-    assert got.shape == want.shape and len(np.unique(got)) > got.size // 4
-    assert np.all(np.abs(got - want) <= bound + 1e-6), np.abs(got - want).max()
