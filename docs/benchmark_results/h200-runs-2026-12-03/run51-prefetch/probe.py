@@ -1,7 +1,7 @@
 """The skinny matmul prefetching the next projection's weight into L2 (cuda_matmul ``then``), and level 0 on a
 ring of three chunks, against main, in one process: gpu_step_profile's cascade arm in the order main,
 prefetch, prefetch+ring3, prefetch+ring3, prefetch, main, each kernel's spread over its calls. Each read's
-tokens are checked against the first read's. python probe.py OUT"""
+tokens are checked against the first read's. python probe.py OUT Ran at e133cb1 (since backed out)."""
 import argparse
 import functools
 import json

@@ -1,7 +1,7 @@
 """gate/up's looping launch summing the rows' squares in a block's first tile only, against main's kernel
 (every tile, cuda_matmul_main.py.txt: kernels/cuda_matmul.py at 2213b6f, loaded beside the new one), in one
 process: gpu_step_profile's cascade arm in the order main, once, once, main. Each read's tokens are checked
-against the first read's. python probe.py OUT"""
+against the first read's. python probe.py OUT Ran at 9709d44 (since backed out)."""
 import argparse
 import importlib.util
 import json

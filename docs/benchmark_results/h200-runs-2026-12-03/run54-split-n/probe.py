@@ -1,7 +1,7 @@
 """gate/up's launch on split_n_matmul (warps splitting N over one shared x stage: 384 blocks of 4 warps, a
 ring of 6 or 8 chunks) against main's looping launch, in one process: gpu_step_profile's cascade arm in the
 order main, split6, split8, split8, split6, main. Each read's tokens are checked against the first read's.
-python probe.py OUT"""
+python probe.py OUT Ran at 307f456 (since backed out)."""
 import argparse
 import json
 import sys
