@@ -68,7 +68,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from .cuda_warpgroup import (WARPGROUP_HEADER, WARPGROUP_PARTIAL_CALL, WARPGROUP_PARTIAL_SIGNATURE,
-                             WARPGROUP_PARTIAL_SOURCE)
+                             WARPGROUP_PARTIAL_SOURCE, WARPGROUP_QUANTIZED_PARTIAL_CALL)
 from .fused import MAX_DEPTH, FusedKernels, Platform  # noqa: F401  (MAX_DEPTH: the backend API)
 
 HEADER = r"""
@@ -300,6 +300,17 @@ __device__ __forceinline__ bool rebase(const float (&step_max)[2], float (&row_m
   return true;
 }
 
+// A quantized stage's scales after its K and V code rows: per token its K
+// scales, V scales (int4: then K zeros, V zeros), BYTES each. An int8 row's
+// one scale comes as the aligned 4-byte pair holding it (cp.async copies no
+// less); the other half is the next or the previous row's (int8_half).
+template <bool AFFINE, int D> struct ScaleRows {
+  static constexpr int BYTES = AFFINE ? D / 32 * 2 : 4;
+  static constexpr int ARRAYS = AFFINE ? 4 : 2;
+  template <int CHUNK, int CODE_STRIDE>
+  static constexpr int STAGE = 2 * CHUNK * CODE_STRIDE + ARRAYS * CHUNK * BYTES;   // a whole stage's bytes
+};
+
 // A block's copies of a page tile's chunks into shared memory (both partial
 // kernels): a chunk's token rows of VECS 16-byte pieces, one pass of the
 // block's threads copying PASS_ROWS rows. A chunk of whole pages whose passes
@@ -365,6 +376,42 @@ struct ChunkCopies {
     } else {
       copy_commit();
     }
+  }
+
+  // Quantized pages: the chunk's K and V code rows (ROW_BYTES each, CODE_STRIDE
+  // apart) at keys and after them, then each token's scales (and zeros) as
+  // ScaleRows lays them out; invalid slots read nothing (zero codes, zero
+  // scales: weightless). A row's scales travel with its first pieces.
+  template <bool AFFINE, int ROW_BYTES, int CODE_STRIDE, typename C>
+  __device__ __forceinline__ void copy_code_rows(const C* k_pool, const C* v_pool, const __half* k_scales,
+                                                 const __half* v_scales, const __half* k_zeros,
+                                                 const __half* v_zeros, const int (&pages)[LOOKUPS], int chunk,
+                                                 bool at_ends, unsigned char* keys) const {
+    using Scales = ScaleRows<AFFINE, ROW_BYTES * (AFFINE ? 2 : 1)>;
+    unsigned char* values = keys + CHUNK * CODE_STRIDE;
+    unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [Scales::ARRAYS][CHUNK][Scales::BYTES]
+    #pragma unroll
+    for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
+      const int slot_in_chunk = j * PASS_ROWS + pass_row;
+      const int slot = chunk * CHUNK + slot_in_chunk;
+      const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      // The (token, KV head) row's index in the pool, 64-bit from the page's base.
+      const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
+                        (page_row * kv_heads + kv_head);
+      copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16, valid);
+      copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16, valid);
+      #pragma unroll
+      for (int first = 0; first < Scales::ARRAYS; first += VECS) {
+        const int a = first + part;
+        if (a < Scales::ARRAYS) {
+          const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
+          const __half* src = AFFINE ? array + at * (Scales::BYTES / 2) : array + (at & ~size_t(1));
+          copy_async_small<Scales::BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * Scales::BYTES, src, valid);
+        }
+      }
+    }
+    copy_commit();
   }
 
   // copy(at_ends) stages the chunk; at_ends: it holds one of the row's ends,
@@ -523,15 +570,11 @@ PARTIAL_SOURCE = r"""
   constexpr int ROW_BYTES = D * Format::BITS / 8;   // a token's K (or V) elements, or codes, in one KV head
   constexpr int VECS = ROW_BYTES / 16;              // 16-byte vectors per token row
   constexpr int STAGE = CHUNK * STRIDE;
-  // A quantized stage, in bytes: the chunk's K and V code rows (padded by 16
-  // bytes: rows an odd number of 16-byte units apart, conflict-free ldmatrix),
-  // then per token its K scales, V scales (int4: K zeros, V zeros). An int8
-  // row's scale comes as the aligned 4-byte pair holding it (cp.async copies
-  // no less); the other half is the next or the previous row's.
+  // A quantized stage (ChunkCopies::copy_code_rows): code rows padded by 16
+  // bytes, rows an odd number of 16-byte units apart (conflict-free ldmatrix).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
-  constexpr int SCALE_BYTES = Format::AFFINE ? D / 32 * 2 : 4;
-  constexpr int SCALE_ARRAYS = Format::AFFINE ? 4 : 2;
-  constexpr int CODE_STAGE = 2 * CHUNK * CODE_STRIDE + SCALE_ARRAYS * CHUNK * SCALE_BYTES;
+  constexpr int SCALE_BYTES = mlxcel::ScaleRows<Format::AFFINE, D>::BYTES;
+  constexpr int CODE_STAGE = mlxcel::ScaleRows<Format::AFFINE, D>::template STAGE<CHUNK, CODE_STRIDE>;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -590,42 +633,14 @@ PARTIAL_SOURCE = r"""
 
   // ---- 2. staging ----
   using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
-  constexpr int PASS_ROWS = Copies::PASS_ROWS, LOOKUPS = Copies::LOOKUPS;
-  constexpr bool ALIGNED = Copies::ALIGNED;
+  constexpr int LOOKUPS = Copies::LOOKUPS;
   const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head);
-  const int pass_row = copies.pass_row, part = copies.part;
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
     copies.stage(chunk, [&](bool at_ends) {
       if constexpr (QUANTIZED) {
         unsigned char* keys = mlxcel_shared + buffer * CODE_STAGE;
-        unsigned char* values = keys + CHUNK * CODE_STRIDE;
-        unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [SCALE_ARRAYS][CHUNK][SCALE_BYTES]
-        #pragma unroll
-        for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
-          const int slot_in_chunk = j * PASS_ROWS + pass_row;
-          const int slot = chunk * CHUNK + slot_in_chunk;
-          const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);   // else zero codes and scales: 0
-          const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
-          // The (token, KV head) row's index in the pool, 64-bit from the page's base.
-          const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
-                            (page_row * kv_heads + kv_head);
-          mlxcel::copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16,
-                             valid);
-          mlxcel::copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16,
-                             valid);
-          // A row's scales (and zeros) travel with its first vectors: array a with vector a.
-          #pragma unroll
-          for (int first = 0; first < SCALE_ARRAYS; first += VECS) {
-            const int a = first + part;
-            if (a < SCALE_ARRAYS) {
-              const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
-              const __half* src = Format::AFFINE ? array + at * (D / 32) : array + (at & ~size_t(1));
-              mlxcel::copy_async_small<SCALE_BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * SCALE_BYTES, src,
-                                                    valid);
-            }
-          }
-        }
-        mlxcel::copy_commit();
+        copies.template copy_code_rows<Format::AFFINE, ROW_BYTES, CODE_STRIDE>(
+            k_pool, v_pool, k_scales, v_scales, k_zeros, v_zeros, pages, chunk, at_ends, keys);
       } else {
         unsigned char* keys = reinterpret_cast<unsigned char*>(staged + (2 * buffer) * STAGE);
         copies.copy_rows(k_pool, v_pool, pages, chunk, at_ends, keys, keys + STAGE * sizeof(T),
@@ -1127,7 +1142,9 @@ KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCA
                                 warps=4, chunk_tokens=64, stages=2, quantized_partial_source=QUANTIZED_PARTIAL_CALL,
                                 merged_partial_source=MERGED_PARTIAL_CALL,
                                 merged_quantized_partial_source=MERGED_QUANTIZED_PARTIAL_CALL,
-                                warpgroup_partial_source=WARPGROUP_PARTIAL_CALL, warpgroup_device=hopper))
+                                warpgroup_partial_source=WARPGROUP_PARTIAL_CALL,
+                                warpgroup_quantized_partial_source=WARPGROUP_QUANTIZED_PARTIAL_CALL,
+                                warpgroup_device=hopper))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

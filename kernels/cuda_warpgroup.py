@@ -22,6 +22,15 @@ asynchronously, as FlashAttention-3 does:
 - states are written as the partial kernel writes them (normalized o, log2
   lse per tile and head), so the merge is unchanged.
 
+int8 pages (the partial kernel's stage of code rows and scales in the ring)
+are converted once a chunk, by the whole block, into one pair of float16 K
+and V operands in the layouts above, for every head group's products: keys as
+their exact codes (the token's scale multiplies its float32 scores), values
+dequantized with their token's scale, rounded once (the partial kernel's
+numerics). Where the partial kernel converts the staged codes in every
+head-splitting warp, once for each 16 heads, this converts them once for 64
+or 128.
+
 Shared memory layouts (the PTX ISA's canonical GMMA layouts, 128-byte swizzle):
 a matrix of rows of D 16-bit elements is stored as D/64 column blocks of
 [rows][64 elements], 128 bytes a row, its 16-byte piece c at c ^ (row % 8).
@@ -126,15 +135,26 @@ __device__ __forceinline__ uint32_t swizzled(int row, int piece, int block_bytes
 
 WARPGROUP_PARTIAL_SOURCE = r"""
   // ---- constants and coordinates (as the partial kernel's) ----
+  using Format = mlxcel::PageFormat<T>;
+  using TM = typename Format::Operand;              // the MMA's operand type: T, or float16 for int8 codes
+  constexpr bool QUANTIZED = Format::QUANTIZED;
   static_assert(CHUNK == 64 && D % 64 == 0 && D <= 128, "m64n64 score tiles over 64-token chunks, D = 64 or 128");
   static_assert(WARPS % 4 == 0, "whole warpgroups");
+  static_assert(!Format::AFFINE, "int4 pages stay on the partial kernel");
   constexpr int THREADS = WARPS * 32;
   constexpr int ROWS = WARPS * 16;                 // stacked heads a block owns: 64 (the MMA's M) a warpgroup
   constexpr int NT = CHUNK / 8;                    // score tiles (8 tokens)
   constexpr int DT = D / 8;                        // output tiles (8 dims)
-  constexpr int VECS = D / 8;                      // 16-byte pieces a token row
+  constexpr int ROW_BYTES = D * Format::BITS / 8;  // a token's K (or V) elements, or codes, in one KV head
+  constexpr int VECS = ROW_BYTES / 16;             // 16-byte pieces a token row
   constexpr int Q_BLOCK = 64 * 128, KV_BLOCK = CHUNK * 128;     // bytes of one 64-element column block
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
+  // The ring's chunks: 16-bit K and V in the MMA's layouts, or int8 pages'
+  // stage (the partial kernel's: code rows 16 bytes apart, then scales)
+  // beside the one converted pair of operands.
+  constexpr int CODE_STRIDE = ROW_BYTES + 16;
+  constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
+  constexpr int OPERAND_BYTES = QUANTIZED ? 2 * KV_BYTES : 0;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -159,9 +179,11 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   extern __shared__ __align__(16) unsigned char mlxcel_shared[];
   const uint32_t shared0 = mlxcel::shared_address(mlxcel_shared);
   unsigned char* base = mlxcel_shared + ((1024 - (shared0 & 1023)) & 1023);
-  // Each warpgroup's Q, then the ring the warpgroups share (they read every chunk's K and V).
+  // Each warpgroup's Q, the converted operands (int8), then the ring the
+  // warpgroups share (they read every chunk's K and V).
   const uint32_t q_at = mlxcel::shared_address(base) + (warp / 4) * Q_BYTES;       // [D / 64][64][128 B]
-  const uint32_t stages_at = mlxcel::shared_address(base) + (WARPS / 4) * Q_BYTES;  // [STAGES][K, V][D / 64][CHUNK][128 B]
+  unsigned char* operands = base + (WARPS / 4) * Q_BYTES;                           // [K, V][D / 64][CHUNK][128 B]
+  unsigned char* ring = operands + OPERAND_BYTES;                                   // [STAGES][STAGE_BYTES]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
   #pragma unroll
@@ -176,7 +198,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::load_row(q + (size_t(q_row) * q_heads + q_head) * D + piece * 8, x);
     uint32_t w[4];
     #pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = head < heads ? mlxcel::Mma<T>::pack(x[2 * k] * scale, x[2 * k + 1] * scale) : 0u;
+    for (int k = 0; k < 4; ++k) w[k] = head < heads ? mlxcel::Mma<TM>::pack(x[2 * k] * scale, x[2 * k + 1] * scale) : 0u;
     *reinterpret_cast<uint4*>(base + (r / 64) * Q_BYTES + mlxcel::swizzled(r % 64, piece, Q_BLOCK)) =
         make_uint4(w[0], w[1], w[2], w[3]);
   }
@@ -186,12 +208,19 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int LOOKUPS = Copies::LOOKUPS;
   const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head);
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
-    unsigned char* keys = base + (WARPS / 4) * Q_BYTES + buffer * 2 * KV_BYTES;
+    unsigned char* keys = ring + buffer * STAGE_BYTES;
     copies.stage(chunk, [&](bool at_ends) {
-      copies.copy_rows(k_pool, v_pool, pages, chunk, at_ends, keys, keys + KV_BYTES,
-                       [](int row, int piece) { return mlxcel::swizzled(row, piece, KV_BLOCK); });
+      if constexpr (QUANTIZED) {
+        copies.template copy_code_rows<false, ROW_BYTES, CODE_STRIDE>(k_pool, v_pool, k_scales, v_scales, nullptr,
+                                                                      nullptr, pages, chunk, at_ends, keys);
+      } else {
+        copies.copy_rows(k_pool, v_pool, pages, chunk, at_ends, keys, keys + KV_BYTES,
+                         [](int row, int piece) { return mlxcel::swizzled(row, piece, KV_BLOCK); });
+      }
     });
   };
+  // int8: which half of a staged scale word is this KV head's, by the token's parity (the partial kernel's).
+  const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};
 
   float acc[DT * 4];
   #pragma unroll
@@ -211,7 +240,40 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::async_proxy_fence();
     __syncthreads();
     copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
-    const uint32_t keys_at = stages_at + buffer * 2 * KV_BYTES, values_at = keys_at + KV_BYTES;
+    const unsigned char* staged = ring + buffer * STAGE_BYTES;
+    const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);   // [K, V][CHUNK][2]
+    if constexpr (QUANTIZED) {
+      // ---- 2b. int8: the chunk's codes into float16 operands, the whole block
+      // at once (16 codes a piece; the last chunk's MMAs were waited for) ----
+      constexpr int PIECES = CHUNK * VECS;
+      static_assert(PIECES % THREADS == 0, "whole passes over a chunk's pieces");
+      #pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        #pragma unroll
+        for (int i = 0; i < PIECES / THREADS; ++i) {
+          const int item = i * THREADS + threadIdx.x;
+          const int r = item / VECS, c = item % VECS;
+          const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+          const __half2 factor = __half2half2(kv ? scales[(CHUNK + r) * 2 + scale_half[r & 1]] : __float2half(1.f));
+          uint32_t h[8];
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const uint32_t flipped = words[k] ^ 0x80808080u;
+            const __half2 lo = mlxcel::int8_pair<0x4140>(flipped), hi = mlxcel::int8_pair<0x4342>(flipped);
+            h[2 * k] = mlxcel::as_word(kv ? __hmul2(lo, factor) : lo);
+            h[2 * k + 1] = mlxcel::as_word(kv ? __hmul2(hi, factor) : hi);
+          }
+          unsigned char* to = operands + kv * KV_BYTES;
+          *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c, KV_BLOCK)) = make_uint4(h[0], h[1], h[2], h[3]);
+          *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c + 1, KV_BLOCK)) = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+      }
+      mlxcel::async_proxy_fence();
+      __syncthreads();
+    }
+    const uint32_t keys_at = mlxcel::shared_address(QUANTIZED ? operands : ring + buffer * STAGE_BYTES);
+    const uint32_t values_at = keys_at + KV_BYTES;
 
     // ---- 3a. S = Q K^T: D / 16 k-steps, 32 bytes on within a column block ----
     float s[NT * 4];
@@ -219,12 +281,21 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t step = (kk % 4) * 32;          // column block kk / 4, k-step kk % 4 in it
-      mlxcel::scores_mma<T>(s, mlxcel::smem_descriptor(q_at + (kk / 4) * Q_BLOCK + step, 1, 64),
+      mlxcel::scores_mma<TM>(s, mlxcel::smem_descriptor(q_at + (kk / 4) * Q_BLOCK + step, 1, 64),
                             mlxcel::smem_descriptor(keys_at + (kk / 4) * KV_BLOCK + step, 1, 64), kk > 0);
     }
     mlxcel::mma_commit();
     mlxcel::mma_wait();
     mlxcel::mma_settle(s);
+    if constexpr (QUANTIZED) {   // int8 keys: each token's scale (this lane's columns 2 tig, 2 tig + 1 of a tile)
+      #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int token = nt * 8 + 2 * tig;
+        const float even = __half2float(scales[2 * token + scale_half[0]]);
+        const float odd = __half2float(scales[2 * token + 2 + scale_half[1]]);
+        s[nt * 4] *= even; s[nt * 4 + 1] *= odd; s[nt * 4 + 2] *= even; s[nt * 4 + 3] *= odd;
+      }
+    }
 
     // ---- 4. mask and online softmax (the partial kernel's, 64 tokens a step) ----
     const int slot0 = chunk * CHUNK;
@@ -260,15 +331,15 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     #pragma unroll
     for (int kt = 0; kt < NT / 2; ++kt) {
       const float* lo = s + 8 * kt;                // score tiles 2 kt and 2 kt + 1
-      p[kt][0] = mlxcel::Mma<T>::pack(lo[0], lo[1]);
-      p[kt][1] = mlxcel::Mma<T>::pack(lo[2], lo[3]);
-      p[kt][2] = mlxcel::Mma<T>::pack(lo[4], lo[5]);
-      p[kt][3] = mlxcel::Mma<T>::pack(lo[6], lo[7]);
+      p[kt][0] = mlxcel::Mma<TM>::pack(lo[0], lo[1]);
+      p[kt][1] = mlxcel::Mma<TM>::pack(lo[2], lo[3]);
+      p[kt][2] = mlxcel::Mma<TM>::pack(lo[4], lo[5]);
+      p[kt][3] = mlxcel::Mma<TM>::pack(lo[6], lo[7]);
     }
     mlxcel::mma_fence();
     #pragma unroll
     for (int kt = 0; kt < NT / 2; ++kt) {
-      mlxcel::values_mma<T, D>(acc, p[kt], mlxcel::smem_descriptor(values_at + kt * 16 * 128, KV_BLOCK / 16, 64));
+      mlxcel::values_mma<TM, D>(acc, p[kt], mlxcel::smem_descriptor(values_at + kt * 16 * 128, KV_BLOCK / 16, 64));
     }
     mlxcel::mma_commit();
     mlxcel::mma_wait();
@@ -297,10 +368,13 @@ WARPGROUP_PARTIAL_SOURCE = r"""
 WARPGROUP_PARTIAL_SIGNATURE = (
     "template <typename T, typename TQ, int D, int BLOCK, bool STACKED, int WARPS, int CHUNK, int STAGES, int SCALE_BITS,"
     " typename S>\n__device__ __forceinline__ void warpgroup_partial(const TQ* q, const S& q_shape, const T* k_pool,"
-    " const S& k_pool_shape, const T* v_pool, const int32_t* indices, const int32_t* last_page_len,"
+    " const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales, const int32_t* indices, const int32_t* last_page_len,"
     " const int32_t* tiles, const int32_t* members, const S& members_shape, float* out, float* out_lse)")
 
-WARPGROUP_PARTIAL_CALL = ("mlxcel::warpgroup_partial<T, TQ, D, BLOCK, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
-                          "q_shape, k_pool, k_pool_shape, v_pool, indices, last_page_len, tiles, members, "
-                          "members_shape, out, out_lse);")
+_WARPGROUP_CALL = ("mlxcel::warpgroup_partial<T, TQ, D, BLOCK, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
+                   "q_shape, k_pool, k_pool_shape, v_pool, {scales}, indices, last_page_len, tiles, members, "
+                   "members_shape, out, out_lse);")
+WARPGROUP_PARTIAL_CALL = _WARPGROUP_CALL.format(scales="nullptr, nullptr")
+# int8 pages: the codes as k_pool / v_pool, their scales beside them (the zeros input is not read).
+WARPGROUP_QUANTIZED_PARTIAL_CALL = _WARPGROUP_CALL.format(scales="k_scales, v_scales")
 

@@ -226,17 +226,24 @@ class Platform:
     # A cascade's private level merging the levels' states (float, quantized pools); "": a merge launch.
     merged_partial_source: str = ""
     merged_quantized_partial_source: str = ""
-    # The stacked levels' kernel on warpgroup MMA (16-bit pages), and whether this device runs it.
+    # The stacked levels' kernel on warpgroup MMA (16-bit pages; int8 pages), and whether this device runs it.
     warpgroup_partial_source: str = ""
+    warpgroup_quantized_partial_source: str = ""
     warpgroup_device: Callable[[], bool] = lambda: False
 
-    def warpgroup_staging_bytes(self, head_dim: int, warps: int, stages: int | None = None) -> int:
+    def warpgroup_staging_bytes(self, head_dim: int, warps: int, stages: int | None = None,
+                                quant: KVQuant | None = None) -> int:
         """Shared memory of a warpgroup block: its warpgroups' 64 rows of Q
         each and the ring's K and V chunks, unpadded (the layouts' swizzle
         spreads the banks), and the slack that starts them on a 1024-byte
-        boundary (the swizzle's period)."""
+        boundary (the swizzle's period). int8 pages: the ring holds the
+        partial kernel's stages, beside one chunk's K and V converted."""
         rows = warps // 4 * WARPGROUP_ROWS
-        return (rows + 2 * (stages or self.stages) * self.chunk_tokens) * head_dim * 2 + 1024
+        chunk, stages = self.chunk_tokens, stages or self.stages
+        if quant is None:
+            return (rows + 2 * stages * chunk) * head_dim * 2 + 1024
+        code_stage = 2 * chunk * (quant.code_width(head_dim) + CODE_ROW_PAD + staged_scale_bytes(quant, head_dim))
+        return (rows + 2 * chunk) * head_dim * 2 + stages * code_stage + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
                       stages: int | None = None) -> int:
@@ -323,6 +330,8 @@ class FusedKernels:
                 "partial": (p.partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
                 "quantized_partial": (p.quantized_partial_source, QUANTIZED_PARTIAL_INPUTS, STATE_OUTPUTS),
                 "warpgroup_partial": (p.warpgroup_partial_source, PARTIAL_INPUTS, STATE_OUTPUTS),
+                "warpgroup_quantized_partial": (p.warpgroup_quantized_partial_source, QUANTIZED_PARTIAL_INPUTS,
+                                                STATE_OUTPUTS),
                 "merged_partial": (p.merged_partial_source, PARTIAL_INPUTS + LEVEL_STATE_INPUTS, ["out"]),
                 "merged_quantized_partial": (p.merged_quantized_partial_source,
                                              QUANTIZED_PARTIAL_INPUTS + LEVEL_STATE_INPUTS, ["out"]),
@@ -332,7 +341,7 @@ class FusedKernels:
             # The digest names the source: MLX caches compiled kernels by name
             # (on disk too), so an edited source must never reuse an old binary.
             digest = hashlib.sha1((p.header + source).encode()).hexdigest()[:12]
-            shared = (p.warpgroup_staging_bytes(head_dim, warps, stages) if kind == "warpgroup_partial"
+            shared = (p.warpgroup_staging_bytes(head_dim, warps, stages, quant) if kind.startswith("warpgroup")
                       else p.staging_bytes(head_dim, warps, quant, stages) if kind.endswith("partial") else 0)
             kernel = p.make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, compact_source(source),
                                    compact_source(p.header), shared)
@@ -352,7 +361,9 @@ class FusedKernels:
         d, hkv, quant = shape.head_dim, shape.kv_heads, shape.kv_quant
         p = self.platform
         stages = stages or p.stages
-        kind = "warpgroup_partial" if layout.warpgroup else "quantized_partial" if quant else "partial"
+        kind = "quantized_partial" if quant else "partial"
+        if layout.warpgroup:
+            kind = f"warpgroup_{kind}"
         template = [("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                     ("WM", layout.warps_m), ("STACKED", stacked), ("WARPS", layout.warps),
                     ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))]
@@ -462,15 +473,20 @@ class FusedKernels:
     def takes_warpgroup(self, shape: AttentionShape, level0_warps_m: int | None = None,
                         level0_warps: int | None = None) -> bool:
         """Whether a cascade's stacked levels run on the warpgroup kernel:
-        16-bit pages of a head dim of 64 or 128 on a device that has it, the
-        platform's blocks and chunks, no sweep of the partial kernel's layout,
-        and ``LEVEL0_KERNEL_ENV`` not asking for the partial kernel."""
+        16-bit or int8 pages (where the platform has that kernel) of a head dim
+        of 64 or 128 on a device that has it, the platform's blocks and
+        chunks, no sweep of the partial kernel's layout, and
+        ``LEVEL0_KERNEL_ENV`` not asking for the partial kernel. int4 pages
+        keep the partial kernel."""
         p = self.platform
         choice = os.environ.get(LEVEL0_KERNEL_ENV, "").strip().lower()
         if choice not in ("", "mma", "warpgroup") and choice not in _warned:
             _warned.add(choice)
             log.warning("%s=%r: expected mma or warpgroup, using the default", LEVEL0_KERNEL_ENV, choice)
-        return (choice != "mma" and bool(p.warpgroup_partial_source) and shape.kv_quant is None
+        quant = shape.kv_quant
+        source = (p.warpgroup_partial_source if quant is None
+                  else "" if quant.affine else p.warpgroup_quantized_partial_source)
+        return (choice != "mma" and bool(source)
                 and shape.head_dim in (64, 128) and p.chunk_tokens == 64 and p.warps == 4
                 and level0_warps_m is None and level0_warps in (None, p.warps) and p.warpgroup_device())
 

@@ -275,12 +275,12 @@ def test_level0_staging_rings(rng, record_property, pool, stages, level0_pages):
     (3, 16, 128, 32, None, 2),   # 48: three members of 16 heads each
 ])
 @pytest.mark.parametrize("per_block", [1, 2])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16, "int8"])
 def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, per_block, members, group, head_dim,
                                  block_size, level0_pages, stages):
     # The stacked level on the warpgroup kernel (asserted: its launch) in
     # blocks of one or two warpgroups, and the same step with the partial
-    # kernel's, each against float64.
+    # kernel's, each against float64 (int8 pages: over the codes they hold).
     monkeypatch.setattr(fused, "WARPGROUPS_PER_BLOCK", per_block)
     case = shared_prefix_case(rng, dtype, members=members, group=group, shared_pages=1664 // block_size,
                               block_size=block_size, head_dim=head_dim)
@@ -293,7 +293,9 @@ def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, per_b
         step = cuda.KERNELS.prepare_cascade(shape, case.q.shape[0], private, levels, level0_pages=level0_pages,
                                             level0_stages=stages)
         warps = 4 * min(per_block, -(-members * group // fused.WARPGROUP_ROWS))
-        warpgroup = cuda.KERNELS._kernel("warpgroup_partial", head_dim, warps, None, stages)
+        quant = shape.kv_quant
+        warpgroup = cuda.KERNELS._kernel("warpgroup_quantized_partial" if quant else "warpgroup_partial", head_dim,
+                                         warps, quant, stages)
         assert (step.levels[0].launch.kernel is warpgroup) == (kernel == "warpgroup")
         assert step.merge is None                                      # the private level (a tile a row) merges
         o = np.array(step(case.q, case.k_pool, case.v_pool, private.last_page_len).astype(mx.float32))

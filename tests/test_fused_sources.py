@@ -102,19 +102,26 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
 
 
 def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: int) -> str:
+    """The warpgroup kernel's unit for a float pool (its dtype's name) or int8 pages."""
     p = cuda.KERNELS.platform
+    element = CODE_DTYPES.get(pool, pool)
+    quantized = pool in CODE_DTYPES
+    names = fused.QUANTIZED_PARTIAL_INPUTS if quantized else fused.PARTIAL_INPUTS
+    dtypes = {"q": q_dtype, "k_pool": element, "v_pool": element}
     return translation_unit(
-        "warpgroup_partial", cuda.LIBRARY, cuda.WARPGROUP_PARTIAL_CALL,
-        [(name, {"q": q_dtype, "k_pool": pool, "v_pool": pool}.get(name, "int32")) for name in fused.PARTIAL_INPUTS],
+        "warpgroup_partial", cuda.LIBRARY,
+        cuda.WARPGROUP_QUANTIZED_PARTIAL_CALL if quantized else cuda.WARPGROUP_PARTIAL_CALL,
+        [(name, dtypes.get(name, "float16" if name.endswith(("scales", "zeros")) else "int32")) for name in names],
         [("out", "float32"), ("out_lse", "float32")],
-        [("T", pool), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", warps), ("STACKED", True),
+        [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", warps), ("STACKED", True),
          ("WARPS", warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
 @needs_nvcc
 @pytest.mark.parametrize("pool, head_dim, q_dtype", [("bfloat16", 128, "bfloat16"), ("bfloat16", 128, "float32"),
-                                                     ("float16", 64, "float16")])
+                                                     ("float16", 64, "float16"), ("int8", 128, "bfloat16"),
+                                                     ("int8", 64, "float16")])
 @pytest.mark.parametrize("warps", [4, 8])
 def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim, q_dtype, warps):
     # The level-0 grid (256 blocks of 4 warps, 128 of 8) puts about two
@@ -125,7 +132,8 @@ def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim
     blocks = 8 // warps
     assert spills == 0
     assert blocks * block_registers(registers, warps) <= 65536
-    assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps) <= 227 * 1024
+    quant = INT8 if pool == "int8" else None
+    assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps, quant=quant) <= 227 * 1024
 
 
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
@@ -175,7 +183,10 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, cap
     bf16 = AttentionShape(32, 8, 128, mx.bfloat16, mx.bfloat16, 32, 0.1)
     assert kernels.takes_warpgroup(bf16) and kernels.takes_warpgroup(replace(bf16, head_dim=64))
     assert not kernels.takes_warpgroup(replace(bf16, head_dim=96))
-    assert not kernels.takes_warpgroup(replace(bf16, pool_dtype=mx.int8))   # int8 pages
+    assert kernels.takes_warpgroup(replace(bf16, pool_dtype=mx.int8))       # int8 pages, converted a chunk a block
+    assert not kernels.takes_warpgroup(replace(bf16, pool_dtype=mx.uint8))  # int4 pages keep the partial kernel
+    assert not fused.FusedKernels(replace(platform, warpgroup_quantized_partial_source="")).takes_warpgroup(
+        replace(bf16, pool_dtype=mx.int8))                                  # a platform without the int8 variant
     assert not kernels.takes_warpgroup(bf16, level0_warps_m=2)            # a sweep of the partial kernel's layout
     assert not fused.FusedKernels(cuda.KERNELS.platform).takes_warpgroup(bf16) or cuda.hopper()
     monkeypatch.setenv(fused.LEVEL0_KERNEL_ENV, "mma")
