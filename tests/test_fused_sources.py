@@ -538,7 +538,7 @@ def test_staging_fits_each_platform():
 
 
 def test_quantized_staging_counts_codes_rows_and_scales():
-    # The CUDA kernel's stage (CODE_STRIDE, SCALE_BYTES, SCALE_ARRAYS) as the
+    # The CUDA kernels' stage (CODE_STRIDE, ScaleRows) as the
     # host counts it, two stages of 64 tokens: int8 rows of D + 16 bytes and a
     # 4-byte scale word per token for K and V; int4 rows of D/2 + 16 and
     # D/32 scales and zeros; at most the float stage, never below the states.
@@ -548,9 +548,12 @@ def test_quantized_staging_counts_codes_rows_and_scales():
     assert p.staging_bytes(64, 4, INT8) == 2 * 64 * (2 * 80 + 2 * 4)
     assert p.staging_bytes(128, 4, INT4) == states > 2 * 64 * (2 * 80 + 4 * 8)
     assert p.staging_bytes(128, 4, INT8) < p.staging_bytes(128, 4)
-    for name in ("CODE_STRIDE = ROW_BYTES + 16", "SCALE_BYTES = Format::AFFINE ? D / 32 * 2 : 4",
-                 "SCALE_ARRAYS = Format::AFFINE ? 4 : 2"):
-        assert name in cuda.PARTIAL_SOURCE
+    # The warpgroup kernel's int8 ring holds the same stages beside Q and one chunk's converted K and V.
+    assert p.warpgroup_staging_bytes(128, 4, quant=INT8) == (64 + 2 * 64) * 128 * 2 + 2 * 64 * (2 * 144 + 2 * 4) + 1024
+    for name in ("BYTES = AFFINE ? D / 32 * 2 : 4", "ARRAYS = AFFINE ? 4 : 2"):
+        assert name in cuda.LIBRARY                  # ScaleRows, the stage's scales both kernels copy and read
+    assert "CODE_STRIDE = ROW_BYTES + 16" in cuda.PARTIAL_SOURCE
+    assert "CODE_STRIDE = ROW_BYTES + 16" in cuda.WARPGROUP_PARTIAL_SOURCE
     assert fused.CODE_ROW_PAD == 16 and "STRIDE = Format::ROW_BYTES + 16" in metal.PARTIAL_SOURCE
 
 
