@@ -146,7 +146,8 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int NT = CHUNK / 8;                    // score tiles (8 tokens)
   constexpr int DT = D / 8;                        // output tiles (8 dims)
   constexpr int ROW_BYTES = D * Format::BITS / 8;  // a token's K (or V) elements, or codes, in one KV head
-  constexpr int VECS = ROW_BYTES / 16;             // 16-byte pieces a token row
+  constexpr int VECS = ROW_BYTES / 16;             // 16-byte pieces a token row's pages hold
+  constexpr int OPERAND_VECS = D / 8;              // 16-byte pieces a row of 16-bit operands (Q, K, V)
   constexpr int Q_BLOCK = 64 * 128, KV_BLOCK = CHUNK * 128;     // bytes of one 64-element column block
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
   // The ring's chunks: 16-bit K and V in the MMA's layouts, or int8 pages'
@@ -187,9 +188,9 @@ WARPGROUP_PARTIAL_SOURCE = r"""
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
   #pragma unroll
-  for (int i = 0; i < ROWS * VECS / THREADS; ++i) {
+  for (int i = 0; i < ROWS * OPERAND_VECS / THREADS; ++i) {
     const int item = i * THREADS + threadIdx.x;
-    const int r = item / VECS, piece = item % VECS;
+    const int r = item / OPERAND_VECS, piece = item % OPERAND_VECS;
     const int head = group * ROWS + r;
     const int real = min(head, heads - 1);
     const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
