@@ -12,6 +12,12 @@ Which OpenBLAS: Debian's where it is installed, else the one the
 `libgfortran.so.5`, which a plain machine lacks but numpy's wheel carries
 under a hashed name (with its libquadmath); a folder of links under
 $MLXCEL_HOME/openblas/ gives the loader the names it looks for.
+
+The wheel's library is built for one CPU family (not OpenBLAS's DYNAMIC_ARCH):
+0.3.29's for AVX2 (ZEN), 0.3.31's for AVX-512 (SKYLAKEX), which dies of SIGILL
+on the first matmul of a CPU without AVX-512. So the preload is tried first on
+a small process that runs one sgemm through it and checks the product; where
+that fails, nothing is preloaded.
 """
 
 from __future__ import annotations
@@ -35,6 +41,19 @@ DEBIAN_OPENBLAS = (
 WHEEL_OPENBLAS = ("cmeel-openblas", "cmeel.prefix/lib/libopenblas.so.0")
 GFORTRAN = "libgfortran.so.5"
 MARKER = "MLXCEL_OPENBLAS_REEXEC"
+# One 64x64 sgemm through whatever `cblas_sgemm` the process resolves: with the
+# library preloaded, its kernels run (an instruction the CPU lacks kills the probe).
+SGEMM_PROBE = """
+import ctypes, sys
+n = 64
+a = (ctypes.c_float * (n * n))(*[(i % 7) - 3.0 for i in range(n * n)])
+c = (ctypes.c_float * (n * n))()
+blas = ctypes.CDLL(None)
+blas.cblas_sgemm.restype = None
+blas.cblas_sgemm(101, 111, 112, n, n, n, ctypes.c_float(1.0), a, n, a, n, ctypes.c_float(0.0), c, n)
+want = [sum(a[i * n + k] * a[j * n + k] for k in range(n)) for i, j in ((0, 0), (5, 9), (63, 1))]
+sys.exit(0 if [c[i * n + j] for i, j in ((0, 0), (5, 9), (63, 1))] == want else 3)
+"""
 
 
 def openblas_library() -> str | None:
@@ -97,11 +116,18 @@ def preload_env(library: str, environ: dict[str, str]) -> dict[str, str] | None:
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(folder), env.get("LD_LIBRARY_PATH")) if p)
     env["LD_PRELOAD"] = ":".join(p for p in (library, env.get("LD_PRELOAD")) if p)
     env.setdefault("OPENBLAS_NUM_THREADS", str(openblas_threads()))
-    if os.path.exists("/bin/true"):  # tried on a tiny process first: a library that cannot load
-        probe = subprocess.run(["/bin/true"], env=env, capture_output=True)  # stops or warns every command
-        if probe.returncode or probe.stderr:
-            return None
-    return env
+    return env if runs_sgemm(env) else None
+
+
+def runs_sgemm(env: dict[str, str]) -> bool:
+    """Whether a process started with ``env`` computes an sgemm right and quietly:
+    a library that cannot load stops (or warns on) every command, one built for
+    instructions this CPU lacks kills it (SIGILL)."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", SGEMM_PROBE], env=env, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and not probe.stderr
 
 
 def openblas_threads() -> int:

@@ -1,6 +1,7 @@
 """The console scripts' process set-up: OpenBLAS re-exec and glibc heap tuning."""
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -33,25 +34,47 @@ def test_console_script_reexecs_once_with_openblas_preloaded(tmp_path):
     assert out.count("start") == 1 and "bundled reference BLAS" in out
 
 
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as info:
+        return set(next(line for line in info if line.startswith(("flags", "Features"))).split(":")[1].split())
+
+
 def test_without_debians_openblas_the_wheels_one_is_preloaded_with_numpys_libgfortran(tmp_path, monkeypatch):
     """This machine's case (no Debian OpenBLAS): the cmeel-openblas wheel's library
-    loads because a folder of links names numpy's libgfortran as the loader wants."""
+    loads because a folder of links names numpy's libgfortran as the loader wants,
+    and is preloaded where this CPU has the instructions it was built for (x86-64:
+    AVX2 and FMA, the ZEN target of the pinned 0.3.29)."""
     if any(os.path.exists(p) for p in blas.DEBIAN_OPENBLAS):
         pytest.skip("Debian's OpenBLAS is installed: it is the one preloaded")
     monkeypatch.setenv("MLXCEL_HOME", str(tmp_path))
     library = blas.openblas_library()
     assert library.endswith("cmeel.prefix/lib/libopenblas.so.0")
-    env = blas.preload_env(library, {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
-    folder = Path(env["LD_LIBRARY_PATH"].split(":")[0])
+    folder = blas.gfortran_folder(tmp_path)
     assert folder.parent == tmp_path / "openblas" and (folder / blas.GFORTRAN).resolve().is_file()
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging folder left
+    assert blas.gfortran_folder(tmp_path) == folder  # intact: reused
+    env = blas.preload_env(library, {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    if platform.machine() == "x86_64" and not {"avx2", "fma"} <= cpu_flags():
+        assert env is None, "a library built for AVX2 is never preloaded on a CPU without it"
+        return
+    assert env is not None and env["LD_LIBRARY_PATH"].split(":")[0] == str(folder)
     code = ("import ctypes, mlx.core as mx; a = mx.ones((64, 64)); f = ctypes.CDLL(None).openblas_get_config; "
             "f.restype = ctypes.c_char_p; print(float((a @ a).sum()), f())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.startswith("262144.0 b'OpenBLAS")  # MLX's matmul ran with the library loaded
-    assert blas.gfortran_folder(tmp_path) == folder  # intact: reused
     assert env["OPENBLAS_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
     assert blas.preload_env(library, {"OPENBLAS_NUM_THREADS": "3"})["OPENBLAS_NUM_THREADS"] == "3"
+
+
+@pytest.mark.skipif(blas.openblas_library() is None, reason="no OpenBLAS here (Debian's nor the wheel's)")
+@pytest.mark.parametrize("ending", ["os.kill(os.getpid(), signal.SIGILL)", "sys.exit(3)", "print('x', file=sys.stderr)"])
+def test_a_library_whose_sgemm_dies_or_is_wrong_is_never_preloaded(monkeypatch, ending):
+    """The probe's verdict: a process killed by an instruction the CPU lacks, a
+    wrong product (exit 3) or a warning means no preload; the real probe passes."""
+    library = blas.openblas_library()
+    assert blas.preload_env(library, dict(os.environ)) is not None or platform.machine() != "x86_64"
+    monkeypatch.setattr(blas, "SGEMM_PROBE", f"import os, signal, sys\n{ending}\n" + blas.SGEMM_PROBE)
+    assert blas.preload_env(library, dict(os.environ)) is None
 
 
 def test_a_library_that_would_not_load_is_never_preloaded(tmp_path):
