@@ -51,8 +51,9 @@ c = (ctypes.c_float * (n * n))()
 blas = ctypes.CDLL(None)
 blas.cblas_sgemm.restype = None
 blas.cblas_sgemm(101, 111, 112, n, n, n, ctypes.c_float(1.0), a, n, a, n, ctypes.c_float(0.0), c, n)
-want = [sum(a[i * n + k] * a[j * n + k] for k in range(n)) for i, j in ((0, 0), (5, 9), (63, 1))]
-sys.exit(0 if [c[i * n + j] for i, j in ((0, 0), (5, 9), (63, 1))] == want else 3)
+cells = ((0, 0), (5, 9), (63, 1))
+want = [sum(a[i * n + k] * a[j * n + k] for k in range(n)) for i, j in cells]
+sys.exit(0 if [c[i * n + j] for i, j in cells] == want else 3)
 """
 
 
