@@ -184,7 +184,7 @@ def as64(a: mx.array) -> np.ndarray:
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (5, 24, 64), (20, 200, 192),
                                         (MAX_ROWS, 1024, 12288), (17, 64, 4160), (7, 136, 640)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
 def test_products_match_float64(rows, n, k, dtype, kernel):
     # Rows past a 16-row tile, N past a 64-column block, K of fewer chunks than warps, K not a multiple of
     # the warps' chunks: each a path of the kernel's guards (producer_matmul's: rows and columns past the
@@ -255,7 +255,7 @@ def test_a_looping_launch_computes_the_product_of_one_tile_a_block(rows, n, tile
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288),
                                         (48, 6144, 1024)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
 def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype, kernel):
     x, w, g = random_case(rows, n, k, dtype)
     eps = 1e-5
@@ -269,7 +269,7 @@ def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype, kernel):
 
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 4096, 4096), (5, 24, 64), (MAX_ROWS, 4096, 12288)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
 def test_the_residual_add_matches_float64(rows, n, k, dtype, kernel):
     x, w, _ = random_case(rows, n, k, dtype)
     residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(dtype)
@@ -285,7 +285,7 @@ def test_the_residual_add_matches_float64(rows, n, k, dtype, kernel):
 
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
 def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, kernel):
     x, w, g = random_case(rows, n, k, dtype)
     eps = 1e-6
