@@ -30,7 +30,8 @@ import numpy as np
 
 from gpu_attention_bench import depend
 from gpu_timeline import complete_events
-from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, producer_tiles, skinny_matmul, tiles_for
+from mlxcel.kernels.cuda_matmul import (SHARED_LIMIT, SMS, TWO_AN_SM, Tiles, producer_tiles, skinny_matmul,
+                                        tiles_for)
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
 SWEEP = [f"{n}x{w}x{st}" for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
@@ -120,7 +121,9 @@ def main() -> None:
             # A looping launch beside the same tiles one a block (several waves of blocks).
             configs = [picked] + [replace(picked, loop=False)] * picked.loop + [producer_pick] * args.producer
             swept = [launch_shape(shape, picked.m_tiles) for shape in sweep] if args.sweep and rows == 32 else []
-            configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT]
+            # A producer launch is one wave: more blocks than SMs only where two fit an SM.
+            configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT
+                        and (not t.producer or t.blocks(n) <= SMS or t.shared_bytes() <= TWO_AN_SM)]
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
             for arm, call in arms.items():
