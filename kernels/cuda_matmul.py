@@ -447,7 +447,8 @@ __device__ __forceinline__ void producer_matmul(const T* x, const S& x_shape, in
         barrier_arrive_on_copies(full + s);
       }
     }
-    wait_copies<0>();   // nothing in flight when the warp exits
+    // Nothing in flight when the warp exits (wait_all: the copies were never committed as a group).
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
