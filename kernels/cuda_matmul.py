@@ -370,10 +370,13 @@ __device__ __forceinline__ int swizzled(int row, int piece) {
 // sums meet across warps; its epilogue runs from its registers.
 //
 // Phases: the i-th chunk a block stages (all its tiles' chunks in order) goes into stage i % STAGES as that
-// stage's fill f = i / STAGES. full[s]'s phase f completes with fill f, so a consumer waits for parity f & 1;
-// full[s] cannot complete phase f + 1 (the same parity) before that consumer has released fill f, since the
-// producer waits for it (below). empty[s]'s phase f completes once fill f is read; the producer waits for it
-// (parity f & 1) before fill f + 1, and empty[s] cannot run a phase ahead, fill f + 1 not being read yet.
+// stage's fill f = i / STAGES; full[s] completes its phase f when fill f has landed, empty[s] its phase f when
+// fill f is read. try_wait.parity(f & 1) returns where the barrier's current phase has the other parity: at
+// f + 1 (phase f complete), but at f - 1 too, and it waits at f + 2 as at f; so a waiter must know the barrier
+// is at phase f or f + 1.
+// A consumer waiting for fill f has read fill f - 1 (full[s] past phase f - 1), and full[s] cannot complete
+// phase f + 1 before it has released fill f (fill f + 1 waits for empty[s]'s phase f). The producer waits for
+// empty[s]'s phase f - 1 before fill f: it waited for phase f - 2 before fill f - 1, and phase f needs fill f.
 // Fill 0 waits for nothing.
 template <typename T, int M_TILES, int N_TILES, int CONSUMERS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
           int EPS_BITS, typename S>
@@ -420,7 +423,7 @@ __device__ __forceinline__ void producer_matmul(const T* x, const S& x_shape, in
     for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
       const int n0 = first_column(tile_step);
       const T* gate = w + size_t(n0 + first_row) * K + piece * 8;
-      const T* up = gate + size_t(n_out) * K;
+      const T* up = gate + size_t(n_out) * K;             // SWIGLU: the same columns' up rows
       const int columns_left = n_out - n0 - first_row;   // the lane's rows 4 r of a half: live below this
       for (int c = 0; c < chunks; ++c, ++staged) {
         const int s = staged % STAGES, fill = staged / STAGES;
