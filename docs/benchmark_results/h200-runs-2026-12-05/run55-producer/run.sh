@@ -1,5 +1,5 @@
 # producer_matmul (warp-specialized: a copy warp, consumer warps splitting N, a shared ring handed over by
-# mbarriers): its GPU tests against float64 (two processes, one a dtype; stop on a failure or a hang), the
+# mbarriers): its GPU tests against float64 (three processes; stop on a failure or a hang), the
 # matmul bench at 32 rows (plain products: cuBLAS, main's launch, producer_tiles' and three other producer
 # shapes), then probe.py (the engine's decode step on each kernel, A B B A in one process).
 # Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
