@@ -25,17 +25,6 @@ blocks (``Tiles.loop``), a block loops over column tiles instead, its warps'
 rings running on into the next tile's chunks while a tile's sums are added
 (their shared memory beside the rings, not in them).
 
-``producer_matmul`` (``Tiles.producer``) is the warp-specialized variant, as
-cuBLAS's nvjet and CUTLASS's warp-specialized kernels split the work: a
-block's last warp only copies, whole 128-byte lines (eight lanes a row), into
-one ring of the block's chunks (its weight rows, x's rows, the norm's
-weight), each handed over by mbarriers; its other warps only compute, each
-its own columns over all of K, reading the stage with ldmatrix (the lines
-XOR-swizzled: no bank conflicts), so no sums meet across warps. The copies
-never wait behind products or barriers; x is staged once a block, not once
-a warp. Its epilogues are the ones below, rounded alike. ``tiles_for`` picks
-it only with ``PRODUCER`` set.
-
 A decoder layer's ops around its projections ride along where the step's
 ops fold them (layer_ops, ``folds``): each is one launch less a layer for
 the host to encode and the GPU to run (a separate add+norm kernel took ~8 us
@@ -77,12 +66,9 @@ namespace mlxcel_matmul {
 
 // 16 bytes global -> shared, asynchronously (L2 only: nothing here is read twice by one SM); zeros where
 // !live (a row or chunk past the end: its products are zeros).
-__device__ __forceinline__ void copy_line(uint32_t shared, const void* global, bool live) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(shared), "l"(global), "r"(live ? 16 : 0));
-}
-
 __device__ __forceinline__ void copy16(void* shared, const void* global, bool live) {
-  copy_line(mlxcel::shared_address(shared), global, live);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(mlxcel::shared_address(shared)), "l"(global), "r"(live ? 16 : 0));
 }
 
 template <int PENDING>
@@ -331,261 +317,6 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   }
 }
 
-// mbarrier (sm_90): a phase completes when its count of arrivals is in; waiters name a phase by its parity.
-__device__ __forceinline__ void barrier_init(uint64_t* barrier, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(mlxcel::shared_address(barrier)), "r"(count));
-}
-
-__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(mlxcel::shared_address(barrier)) : "memory");
-}
-
-// An arrival made once every cp.async this thread has issued has landed (counted in the barrier's count).
-__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(mlxcel::shared_address(barrier))
-               : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(uint64_t* barrier, int parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(mlxcel::shared_address(barrier)), "r"(parity) : "memory");
-  }
-}
-
-// Piece p (16 bytes) of a stage's 128-byte row r: XOR-swizzled, so the eight rows an ldmatrix reads at one
-// logical piece lie in eight distinct bank groups.
-__device__ __forceinline__ int swizzled(int row, int piece) {
-  return row * 128 + ((piece ^ (row % 8)) << 4);
-}
-
-// Warp-specialized: one producer warp (the last) only copies, CONSUMERS warps only compute. A block owns
-// N_TILES 8-row tiles of the weight (SWIGLU: gate's, then the same up rows), and, where the grid is smaller
-// than its column tiles, every gridDim.x-th tile from its index. Its shared ring holds STAGES chunks, each a
-// 64-wide k slice of the block's weight rows, of x's rows and (NORM) of the norm's weight, whole 128-byte
-// lines (eight lanes a row). Stage s is handed over by two mbarriers: full[s] completes a phase when the
-// producer's 32 lanes' copies into it have landed, empty[s] when the CONSUMERS warps have read it. Each
-// consumer owns WARP_TILES of the weight tiles over all of K (gate and the same up columns with SWIGLU), so no
-// sums meet across warps; its epilogue runs from its registers.
-//
-// Phases: the i-th chunk a block stages (all its tiles' chunks in order) goes into stage i % STAGES as that
-// stage's fill f = i / STAGES; full[s] completes its phase f when fill f has landed, empty[s] its phase f when
-// fill f is read. try_wait.parity(f & 1) returns where the barrier's current phase has the other parity: at
-// f + 1 (phase f complete), but at f - 1 too, and it waits at f + 2 as at f; so a waiter must know the barrier
-// is at phase f or f + 1.
-// A consumer waiting for fill f has read fill f - 1 (full[s] past phase f - 1), and full[s] cannot complete
-// phase f + 1 before it has released fill f (fill f + 1 waits for empty[s]'s phase f). The producer waits for
-// empty[s]'s phase f - 1 before fill f: it waited for phase f - 2 before fill f - 1, and phase f needs fill f.
-// Fill 0 waits for nothing.
-template <typename T, int M_TILES, int N_TILES, int CONSUMERS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
-          int EPS_BITS, typename S>
-__device__ __forceinline__ void producer_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
-                                                const T* norm_weight, const T* residual, T* y, int N, int K) {
-  static_assert(N_TILES % (SWIGLU ? 2 * CONSUMERS : CONSUMERS) == 0, "whole tiles a consumer, gate and up alike");
-  static_assert(!(SWIGLU && ADD), "one epilogue");
-  constexpr int ROWS = M_TILES * 16;
-  constexpr int OUT_TILES = SWIGLU ? N_TILES / 2 : N_TILES;      // a block's 8-column tiles of y
-  constexpr int WARP_TILES = N_TILES / CONSUMERS;                // a consumer's weight tiles
-  constexpr int WARP_OUT = SWIGLU ? WARP_TILES / 2 : WARP_TILES;  // ... and its tiles of y
-  constexpr int X_AT = N_TILES * 8 * 128, NORM_AT = X_AT + ROWS * 128;
-  constexpr int STAGE_BYTES = NORM_AT + (NORM ? 128 : 0);
-  extern __shared__ __align__(16) unsigned char mlxcel_shared[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(mlxcel_shared + STAGES * STAGE_BYTES);
-  uint64_t* empty = full + STAGES;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n_out = SWIGLU ? N / 2 : N;
-  int M = 1;   // x's leading axes are its rows
-  for (int d = 0; d < x_ndim - 1; ++d) M *= x_shape[d];
-  const int chunks = K / 64;
-  const int tiles = (n_out + OUT_TILES * 8 - 1) / (OUT_TILES * 8);
-  const int my_tiles = (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
-  auto first_column = [&](int tile_step) { return (int(blockIdx.x) + tile_step * int(gridDim.x)) * OUT_TILES * 8; };
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      barrier_init(full + s, 32);           // the producer's lanes, one arrival each a fill
-      barrier_init(empty + s, CONSUMERS);   // one arrival a consumer warp
-    }
-  }
-  __syncthreads();   // the barriers initialized before any thread uses them; the only block-wide barrier
-
-  if (warp == CONSUMERS) {
-    // Lane l copies piece l % 8 of rows l / 8, + 4, ...: a row's eight lanes one whole line. The lane's rows
-    // being 4 apart, its sources step by 4 K elements and its stage offsets by 512 bytes, the swizzle's
-    // row % 8 alternating between first_row and first_row + 4 (so that few registers hold the copies' state).
-    const int piece = lane % 8, first_row = lane / 8;
-    const uint32_t ring = mlxcel::shared_address(mlxcel_shared);
-    const uint32_t swizzle[2] = {uint32_t(piece ^ first_row) << 4, uint32_t(piece ^ (first_row + 4)) << 4};
-    const size_t step = size_t(4) * K;
-    const T* x_lane = x + size_t(first_row) * K + piece * 8;
-    int staged = 0;
-    for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
-      const int n0 = first_column(tile_step);
-      const T* gate = w + size_t(n0 + first_row) * K + piece * 8;
-      const T* up = gate + size_t(n_out) * K;             // SWIGLU: the same columns' up rows
-      const int columns_left = n_out - n0 - first_row;   // the lane's rows 4 r of a half: live below this
-      for (int c = 0; c < chunks; ++c, ++staged) {
-        const int s = staged % STAGES, fill = staged / STAGES;
-        if (fill > 0) barrier_wait(empty + s, (fill - 1) & 1);
-        const uint32_t stage = ring + s * STAGE_BYTES, lines = stage + first_row * 128;
-        const T* source = gate + c * 64;
-        #pragma unroll
-        for (int r = 0; r < N_TILES * 2; ++r) {
-          if (r == OUT_TILES * 2) source = up + c * 64;
-          const bool live = 4 * (r % (OUT_TILES * 2)) < columns_left;   // past N: zeros, never written out
-          copy_line(lines + r * 512 + swizzle[r % 2], live ? source : w, live);
-          source += step;
-        }
-        source = x_lane + c * 64;
-        #pragma unroll
-        for (int r = 0; r < ROWS / 4; ++r) {
-          const bool live = 4 * r + first_row < M;
-          copy_line(lines + X_AT + r * 512 + swizzle[r % 2], live ? source : x, live);
-          source += step;
-        }
-        if constexpr (NORM) {
-          if (lane < 8) copy_line(stage + NORM_AT + lane * 16, norm_weight + c * 64 + lane * 8, true);
-        }
-        barrier_arrive_on_copies(full + s);
-      }
-    }
-    // Nothing in flight when the warp exits (wait_all: the copies were never committed as a group).
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    return;
-  }
-
-  const int g = lane / 4, t = lane % 4;
-  // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8.
-  const int matrix = lane / 8, matrix_row = lane % 8;
-  // This warp's weight tiles in the stage: its gate tiles, then (SWIGLU) the same up tiles.
-  auto tile_of = [&](int jj) { return (jj >= WARP_OUT ? OUT_TILES : 0) + warp * WARP_OUT + jj % WARP_OUT; };
-  // NORM: the rows' sums of squares, as skinny_matmul's (x X^T's diagonal on the tensor cores), chunk c's by
-  // warp c % CONSUMERS; the warps' sums meet in shared memory once a tile, in two buffers by the tile's
-  // parity, so that a warp writing the next tile's never meets one still reading this tile's (it passes the
-  // next tile's barrier only once every warp is done reading).
-  float* row_squares = reinterpret_cast<float*>(empty + STAGES);   // [2][CONSUMERS][ROWS]
-  float acc[M_TILES][WARP_TILES][4], gram[M_TILES][2][4];
-  int used = 0;
-  for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i) {
-      #pragma unroll
-      for (int jj = 0; jj < WARP_TILES; ++jj)
-        #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[i][jj][q] = 0.f;
-      #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        #pragma unroll
-        for (int q = 0; q < 4; ++q) gram[i][h][q] = 0.f;
-    }
-    for (int c = 0; c < chunks; ++c, ++used) {
-      const int s = used % STAGES;
-      barrier_wait(full + s, (used / STAGES) & 1);
-      const unsigned char* stage = mlxcel_shared + s * STAGE_BYTES;
-      #pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {
-        // A weight tile's four matrices: its rows at k pieces 4 pair .. 4 pair + 3, the B operands of k16
-        // steps 2 pair and 2 pair + 1.
-        uint32_t b[WARP_TILES][4];
-        #pragma unroll
-        for (int jj = 0; jj < WARP_TILES; ++jj)
-          mlxcel::load_matrices(b[jj], stage + swizzled(tile_of(jj) * 8 + matrix_row, 4 * pair + matrix));
-        #pragma unroll
-        for (int step = 2 * pair; step < 2 * pair + 2; ++step) {
-          // An x tile's A operand: rows +0 / +8 (matrix % 2) at k pieces 2 step / 2 step + 1 (matrix / 2).
-          uint32_t a[M_TILES][4];
-          #pragma unroll
-          for (int i = 0; i < M_TILES; ++i)
-            mlxcel::load_matrices(a[i], stage + X_AT + swizzled(i * 16 + (matrix % 2) * 8 + matrix_row,
-                                                                2 * step + matrix / 2));
-          if constexpr (NORM) {
-            // x's rows 0..7 of the tile are the B operand (a[0], a[2]) of the top half's squares, rows 8..15
-            // (a[1], a[3]) of the bottom's.
-            if (c % CONSUMERS == warp) {
-              #pragma unroll
-              for (int i = 0; i < M_TILES; ++i) {
-                mlxcel::Mma<T>::run(gram[i][0], a[i], a[i][0], a[i][2]);
-                mlxcel::Mma<T>::run(gram[i][1], a[i], a[i][1], a[i][3]);
-              }
-            }
-            // Lane (g, t) holds k 2t, 2t + 1 (a[0], a[1]) and 2t + 8, 2t + 9 (a[2], a[3]) of the step.
-            const uint32_t* weight = reinterpret_cast<const uint32_t*>(stage + NORM_AT) + step * 8 + t;
-            const uint32_t low = weight[0], high = weight[4];
-            #pragma unroll
-            for (int i = 0; i < M_TILES; ++i) {
-              a[i][0] = times<T>(a[i][0], low);
-              a[i][1] = times<T>(a[i][1], low);
-              a[i][2] = times<T>(a[i][2], high);
-              a[i][3] = times<T>(a[i][3], high);
-            }
-          }
-          #pragma unroll
-          for (int i = 0; i < M_TILES; ++i)
-            #pragma unroll
-            for (int jj = 0; jj < WARP_TILES; ++jj)
-              mlxcel::Mma<T>::run(acc[i][jj], a[i], b[jj][2 * (step % 2)], b[jj][2 * (step % 2) + 1]);
-        }
-      }
-      // After the products that take the stage's operands are issued, so every lane's reads are done.
-      __syncwarp();
-      if (lane == 0) barrier_arrive(empty + s);
-    }
-
-    float scale[M_TILES][2];   // NORM: row i * 16 + h * 8 + g's 1 / rms
-    if constexpr (NORM) {
-      float* squares = row_squares + (tile_step % 2) * CONSUMERS * ROWS;
-      // Row g's square is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s bottom
-      // half: lane t = g / 2 holds both (accumulators g % 2, 2 + g % 2).
-      if (t == g / 2) {
-        #pragma unroll
-        for (int i = 0; i < M_TILES; ++i) {
-          squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
-          squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
-        }
-      }
-      asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS * 32) : "memory");   // the consumers only
-      #pragma unroll
-      for (int i = 0; i < M_TILES; ++i)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float total = 0.f;
-          #pragma unroll
-          for (int v = 0; v < CONSUMERS; ++v) total += squares[v * ROWS + i * 16 + h * 8 + g];
-          scale[i][h] = rsqrtf(total / K + __int_as_float(EPS_BITS));
-        }
-    }
-    // Accumulator pair (2h, 2h + 1) of tile (i, jj): row i * 16 + h * 8 + g, columns 2t and 2t + 1.
-    const int n0 = first_column(tile_step);
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
-      #pragma unroll
-      for (int jj = 0; jj < WARP_OUT; ++jj)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = i * 16 + h * 8 + g, col = n0 + (warp * WARP_OUT + jj) * 8 + 2 * t;
-          if (row >= M || col >= n_out) continue;
-          float lo = acc[i][jj][2 * h], hi = acc[i][jj][2 * h + 1];
-          float up_lo = SWIGLU ? acc[i][(jj + WARP_OUT) % WARP_TILES][2 * h] : 0.f;
-          float up_hi = SWIGLU ? acc[i][(jj + WARP_OUT) % WARP_TILES][2 * h + 1] : 0.f;
-          if constexpr (NORM) {
-            lo *= scale[i][h]; hi *= scale[i][h]; up_lo *= scale[i][h]; up_hi *= scale[i][h];
-          }
-          const size_t at = size_t(row) * n_out + col;
-          if constexpr (SWIGLU) {
-            y[at] = swiglu<T>(lo, up_lo);
-            y[at + 1] = swiglu<T>(hi, up_hi);
-          } else if constexpr (ADD) {
-            y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
-            y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
-          } else {
-            y[at] = static_cast<T>(lo);
-            y[at + 1] = static_cast<T>(hi);
-          }
-        }
-  }
-}
-
 }  // namespace mlxcel_matmul
 """
 
@@ -604,25 +335,18 @@ class Epilogue:
     def inputs(self) -> list[str]:
         return ["x", "w"] + ["norm_weight"] * self.norm + ["residual"] * self.add
 
-    def call(self, producer: bool = False) -> str:
-        """The kernel body's call: skinny_matmul, or producer_matmul (``Tiles.producer``)."""
+    def call(self) -> str:
         norm = "norm_weight" if self.norm else "(const T*)nullptr"
         residual = "residual" if self.add else "(const T*)nullptr"
-        flags = f"{str(self.norm).lower()}, {str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS"
-        kernel = (f"producer_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}>" if producer
-                  else f"skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}, LOOP>")
-        return f"mlxcel_matmul::{kernel}(x, x_shape, x_ndim, w, {norm}, {residual}, y, w_shape[0], w_shape[1]);"
+        return (f"mlxcel_matmul::skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {str(self.norm).lower()}, "
+                f"{str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS, LOOP>(x, x_shape, x_ndim, w, {norm}, "
+                f"{residual}, y, w_shape[0], w_shape[1]);")
 
 
 PRODUCT = Epilogue()
 
 
 SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
-# The most shared memory a block may take for two to fit an SM (228 KB an SM, 1 KB of it reserved a block).
-TWO_AN_SM = (SHARED_LIMIT + (1 << 10)) // 2 - (1 << 10)
-# Whether tiles_for gives every launch to producer_matmul (producer_tiles): off until an H200 reads it faster
-# in the engine's decode step; a probe flips it (run 55).
-PRODUCER = False
 
 
 @dataclass(frozen=True)
@@ -630,30 +354,19 @@ class Tiles:
     """A launch's shape: rows in 16-row tiles, a block's columns in 8-column tiles, the block's warps
     splitting K, each with a ring of ``stages`` chunks in flight. ``loop``: a block takes every SMS-th
     column tile or so (one wave of blocks), its rings running on across tiles, where one tile a block
-    would take several waves, each block starting with empty rings and ending with none in flight.
-
-    ``producer``: producer_matmul's launch instead (the library's comment on it): ``warps`` consumer warps
-    beside the producer warp, each ``n_tiles / warps`` of the block's 8-column tiles over all of K, one ring
-    of ``stages`` chunks a block; with ``loop`` a wave is two blocks an SM."""
+    would take several waves, each block starting with empty rings and ending with none in flight."""
 
     m_tiles: int
     n_tiles: int = 8
     warps: int = 4
     stages: int = 3
     loop: bool = False
-    producer: bool = False
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
-        rows = self.m_tiles * 16
-        if self.producer:
-            stage = (8 * self.n_tiles + rows + epilogue.norm) * 128 + 16    # the lines, and two mbarriers
-            return self.stages * stage + 4 * 2 * self.warps * rows * epilogue.norm
         ring = self.warps * self.stages * 2 * (self.n_tiles + 2 * self.m_tiles + epilogue.norm) * 32 * 16
+        rows = self.m_tiles * 16
         sums = 4 * (self.warps * self.m_tiles * self.n_tiles * 4 * 32 + (self.warps + 1) * rows * epilogue.norm)
         return ring + sums if self.loop else max(ring, sums)
-
-    def threads(self) -> int:
-        return (self.warps + self.producer) * 32
 
     def column_tiles(self, n: int) -> int:
         """A block's worth of columns over a weight of ``n`` rows (swiglu: gate and up, half of each)."""
@@ -661,8 +374,7 @@ class Tiles:
 
     def blocks(self, n: int) -> int:
         tiles = self.column_tiles(n)
-        wave = SMS * (2 if self.producer else 1)
-        return -(-tiles // -(-tiles // wave)) if self.loop else tiles
+        return -(-tiles // -(-tiles // SMS)) if self.loop else tiles
 
 
 def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
@@ -672,10 +384,7 @@ def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
     sweep's best for gate/up, o and down (gpu_matmul_bench.py --sweep on an H200), and q/k/v's 96 blocks
     of 64 columns left 36 SMs idle. Where the rows' pieces would overfill the shared memory, fewer warps
     first (each keeps its chunks in flight), then fewer stages. The norm's operands and squares take
-    registers: past 32 rows it gets 32 columns (else it spills). With ``PRODUCER`` on, producer_tiles'."""
-    if PRODUCER:
-        return producer_tiles(rows, n, epilogue)
-
+    registers: past 32 rows it gets 32 columns (else it spills)."""
     def filled(n_tiles: int) -> float:
         blocks = -(-n // (8 * n_tiles))
         return blocks / (-(-blocks // SMS) * SMS)
@@ -692,27 +401,10 @@ def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
     return tiles
 
 
-def producer_tiles(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
-    """producer_matmul's launch for ``rows`` x ``n``: the widest block of 128, 64 or 32 weight rows whose
-    blocks still cover the SMs (each block stages x's chunk too: at 32 rows as many bytes as 32 weight rows),
-    else 32 rows; 4 consumer warps (2 where swiglu's 32 rows are 16 gate and 16 up); a grid of at most two
-    blocks an SM, each with the deepest ring of up to 12 chunks that lets them fit (one an SM where the
-    blocks are no more than the SMs). An SM's share of the memory's rate times its latency is ~30 KB (3.8
-    TB/s over 132 SMs, ~1 us): 12 chunks of 32 weight rows hold 48 KB."""
-    m_tiles = -(-rows // 16)
-    n_tiles = next((tiles for tiles in (16, 8) if -(-n // (8 * tiles)) >= SMS), 4)
-    consumers = 2 if epilogue.swiglu and n_tiles == 4 else 4
-    tiles = Tiles(m_tiles, n_tiles, consumers, 12, loop=True, producer=True)
-    share = TWO_AN_SM if tiles.blocks(n) > SMS else SHARED_LIMIT
-    while tiles.stages > 2 and tiles.shared_bytes(epilogue) > share:
-        tiles = replace(tiles, stages=tiles.stages - 1)
-    return tiles
-
-
 @functools.lru_cache(maxsize=None)
-def kernel_for(epilogue: Epilogue, shared_bytes: int, producer: bool = False):
+def kernel_for(epilogue: Epilogue, shared_bytes: int):
     # The digest names the kernel: MLX caches compiled kernels by name (the template's constants apart).
-    call = epilogue.call(producer)
+    call = epilogue.call()
     digest = hashlib.sha1((LIBRARY + call).encode()).hexdigest()[:12]
     return make_kernel(f"mlxcel_skinny_matmul_{digest}_{shared_bytes}", epilogue.inputs(), ["y"], call,
                        compact_source(LIBRARY), shared_bytes)
@@ -741,12 +433,10 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     epilogue = Epilogue(norm=norm is not None, add=residual is not None, swiglu=swiglu)
     tiles = tiles or tiles_for(x.size // k, n, epilogue)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
-    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue), tiles.producer)(
+    y, = kernel_for(epilogue, tiles.shared_bytes(epilogue))(
         inputs=inputs,
-        # producer_matmul's loop is its grid's, not a constant of its code.
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
-                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0)]
-                 + [("LOOP", tiles.loop)] * (not tiles.producer),
-        grid=(tiles.blocks(n) * tiles.threads(), 1, 1), threadgroup=(tiles.threads(), 1, 1),
+                  ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0), ("LOOP", tiles.loop)],
+        grid=(tiles.blocks(n) * tiles.warps * 32, 1, 1), threadgroup=(tiles.warps * 32, 1, 1),
         output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y
