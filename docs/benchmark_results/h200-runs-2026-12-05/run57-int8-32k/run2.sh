@@ -1,0 +1,18 @@
+# Run 57 again without --fit-private (the H100's 80 GB ran out in the first engine steps after the fit pass):
+# issue 26's cell, 32 sessions behind a 32K shared prefix, bf16 vs int8 pages, cascade and flat (ABBA).
+# Device call: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
+set -u
+if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
+  cp .whl-b/* /tmp/w/ && cat /tmp/w/part.* > /tmp/w/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl && rm /tmp/w/part.*
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/w/*.whl .whl-lm/*.whl || exit 1
+fi
+mkdir -p /tmp/mlxcel-shim/mlxcel && ln -sfn $PWD/engine /tmp/mlxcel-shim/mlxcel/engine && ln -sfn $PWD/kernels /tmp/mlxcel-shim/mlxcel/kernels
+export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export MLX_PTX_CACHE_DIR=/tmp/ptx
+echo "installed at $SECONDS s"
+( while sleep 5; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done ) > $OUT/memory.log 2>&1 &
+timeout 500 python3 benchmarks/gpu_e2e_bench.py --out /tmp/e2e32 --shared 32768 --kv-dtypes bfloat16,int8 \
+  --skip-mlx-lm > $OUT/e2e.log 2>&1; echo "e2e exit $? at $SECONDS s"
+cp /tmp/e2e32/e2e_bench.json $OUT/; cp /tmp/e2e32/e2e_bench.md $OUT/; grep "^| " $OUT/e2e_bench.md
+grep -A2 '"cascade_vs_flat_tokens"' $OUT/e2e_bench.json | head -4; tail -3 $OUT/e2e.log | cut -c1-300
+echo "GPU memory used, MiB: max $(sort -n $OUT/memory.log | tail -1)"
