@@ -257,10 +257,27 @@ def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: Attentio
                                                       shape.kv_heads))
 
 
+# Scores a prefill chunk's attention holds at once, in elements. MLX computes them unfused (on the CPU always;
+# its CUDA backend for a masked multi-token query too, as of 0.32): [rows, Hq, L, T] at once, 8.6 GB in float32
+# for 2,048 query tokens over a 32K context at 32 heads, a layer (an H100's 80 GB ran out in such prefills of an
+# 8B model). Query tokens are attended in blocks whose scores stay under this; each token's softmax is its own.
+PREFILL_SCORE_ELEMENTS = 1 << 28
+
+
 def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
+    """q [R, Hq, L, D] over keys and values [R, Hkv, T, D] where mask [R, 1, L, T] allows, in blocks of query
+    tokens (PREFILL_SCORE_ELEMENTS)."""
     if mx.default_device().type == mx.DeviceType.cpu:
-        return portable.dense_attention(q, keys, values, mask, scale=scale)
-    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+        attend = portable.dense_attention
+    else:
+        def attend(q, keys, values, mask, scale):
+            return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+    rows, heads, length, _ = q.shape
+    block = max(1, PREFILL_SCORE_ELEMENTS // (rows * heads * keys.shape[2]))
+    if length <= block:
+        return attend(q, keys, values, mask, scale=scale)
+    return mx.concatenate([attend(q[:, :, start:start + block], keys, values, mask[:, :, start:start + block],
+                                  scale=scale) for start in range(0, length, block)], axis=2)
 
 
 def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *,

@@ -222,6 +222,28 @@ def test_gather_path_matches_reference(rng, group, length):
                                atol=ATOL, rtol=0)
 
 
+def test_gather_path_in_query_blocks_matches_reference(rng, monkeypatch):
+    # A budget of one query token's scores for the widest row: 5 query tokens attended in 5 blocks (3 where
+    # two fit), each token's softmax computed alone, the output the unblocked one's.
+    case = mixed_batch(rng, block_size=16, group=4, head_dim=64)
+    q = mx.array(rng.standard_normal((6, 8, 5, 64)).astype(np.float32))
+    whole = np.array(paged_prefill_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale))
+    slots = int(case.host.num_pages().max()) * 16
+    blocks = []
+    real = attention.portable.dense_attention
+    monkeypatch.setattr(attention.portable, "dense_attention", lambda q, *a, **k: blocks.append(q.shape[2]) or
+                        real(q, *a, **k))
+    for tokens, want in [(1, [1] * 5), (2, [2, 2, 1])]:
+        blocks.clear()
+        monkeypatch.setattr(attention, "PREFILL_SCORE_ELEMENTS", tokens * 6 * 8 * slots)
+        o = np.array(paged_prefill_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale))
+        assert blocks == want
+        # Float32 rounding apart (each block's matmuls may sum in another order), the unblocked output.
+        np.testing.assert_allclose(o, whole, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(o, reference_prefill(q, case.k_pool, case.v_pool, case.host, case.scale),
+                                   atol=ATOL, rtol=0)
+
+
 def test_gather_path_refuses_rows_shorter_than_their_queries(rng):
     ids = fresh_blocks(rng, 4)
     case = make_case(rng, [ids[:1], ids[1:3]], [3, 20], block_size=16)
