@@ -257,21 +257,29 @@ def prepare_cascade_launch(csr: PagedCsrView, plan: CascadePlan, shape: Attentio
                                                       shape.kv_heads))
 
 
-# Scores a prefill chunk's attention holds at once, in elements. MLX computes them unfused (on the CPU always;
-# its CUDA backend for a masked multi-token query too, as of 0.32): [rows, Hq, L, T] at once, 8.6 GB in float32
-# for 2,048 query tokens over a 32K context at 32 heads, a layer (an H100's 80 GB ran out in such prefills of an
-# 8B model). Query tokens are attended in blocks whose scores stay under this; each token's softmax is its own.
+# Scores a prefill chunk's attention holds at once, in elements: [rows, Hq, L, T] unblocked, 8.6 GB in float32
+# for 2,048 query tokens over a 32K context at 32 heads, a layer. Query tokens are attended in blocks whose
+# scores stay under this; each token's softmax is its own.
 PREFILL_SCORE_ELEMENTS = 1 << 28
+
+
+def masked_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
+    """MLX's own unfused scaled_dot_product_attention (its ops fallback) for a GPU: there a masked multi-token
+    query goes to cuDNN, whose prefill of a 32K prompt on an 8B-shaped model took an H100's 80 GB at ~24K tokens
+    (peak 73 GB within one 2,048-token chunk's step) where these ops peaked at 33 GB, in the same time a chunk
+    (run 58). q [R, Hq, L, D], keys and values [R, Hkv, T, D], mask [R, 1, L, T]."""
+    rows, heads, length, d = q.shape
+    kv_heads = keys.shape[1]
+    grouped = (q * scale).reshape(rows, kv_heads, heads // kv_heads, length, d)
+    scores = grouped @ keys[:, :, None].swapaxes(-1, -2)                          # [R, Hkv, G, L, T]
+    weights = mx.softmax(mx.where(mask[:, :, None], scores, -mx.inf), axis=-1, precise=True)
+    return (weights @ values[:, :, None]).reshape(rows, heads, length, d)
 
 
 def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
     """q [R, Hq, L, D] over keys and values [R, Hkv, T, D] where mask [R, 1, L, T] allows, in blocks of query
     tokens (PREFILL_SCORE_ELEMENTS)."""
-    if mx.default_device().type == mx.DeviceType.cpu:
-        attend = portable.dense_attention
-    else:
-        def attend(q, keys, values, mask, scale):
-            return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+    attend = portable.dense_attention if mx.default_device().type == mx.DeviceType.cpu else masked_attention
     rows, heads, length, _ = q.shape
     block = max(1, PREFILL_SCORE_ELEMENTS // (rows * heads * keys.shape[2]))
     if length <= block:

@@ -25,3 +25,4 @@ while True:
     step += 1
     if not more or seq.finish_reason:
         break
+print(json.dumps({"tokens": seq.token_ids[len(prompt):]}))
