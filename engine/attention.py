@@ -266,8 +266,8 @@ PREFILL_SCORE_ELEMENTS = 1 << 28
 def masked_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.array, *, scale: float) -> mx.array:
     """MLX's own unfused scaled_dot_product_attention (its ops fallback) for a GPU: there a masked multi-token
     query goes to cuDNN, whose prefill of a 32K prompt on an 8B-shaped model took an H100's 80 GB at ~24K tokens
-    (peak 73 GB within one 2,048-token chunk's step) where these ops peaked at 33 GB, in the same time a chunk
-    (run 58). q [R, Hq, L, D], keys and values [R, Hkv, T, D], mask [R, 1, L, T]."""
+    (peak 73 GB within one 2,048-token chunk's step) where these ops peaked at 33 GB, in the same time a chunk.
+    q [R, Hq, L, D], keys and values [R, Hkv, T, D], mask [R, 1, L, T]."""
     rows, heads, length, d = q.shape
     kv_heads = keys.shape[1]
     grouped = (q * scale).reshape(rows, kv_heads, heads // kv_heads, length, d)
@@ -292,8 +292,7 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
                             scale: float) -> mx.array:
     """Multi-token step: q [R, Hq, L, D] are each row's last L tokens (their K/V
     already written to the pool), causal. Pages are gathered into contiguous
-    K/V (a quantized pool's dequantized) for mx.fast.scaled_dot_product_attention (on the CPU, where MLX runs that
-    unfused, the same steps with a faster softmax). Returns [R, Hq, L, D] in q's dtype."""
+    K/V (a quantized pool's dequantized) for dense_attention. Returns [R, Hq, L, D] in q's dtype."""
     rows, _, length, d = q.shape
     host = csr.host
     if (host.num_tokens() < length).any():

@@ -244,6 +244,24 @@ def test_gather_path_in_query_blocks_matches_reference(rng, monkeypatch):
                                    atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("group", [1, 4])
+def test_masked_attention_matches_float64(rng, group):
+    # The GPU's gather-path attention (MLX's own unfused ops), run here on the CPU: fresh random inputs and a
+    # random mask (each query sees at least one key) against float64; float32 matmuls over 40 keys of 64
+    # channels and a softmax round to well under 1e-5.
+    q = rng.standard_normal((2, 2 * group, 5, 64)).astype(np.float32)
+    keys, values = (rng.standard_normal((2, 2, 40, 64)).astype(np.float32) for _ in range(2))
+    mask = rng.random((2, 1, 5, 40)) < 0.6
+    mask[..., 7] = True
+    o = attention.masked_attention(mx.array(q), mx.array(keys), mx.array(values), mx.array(mask), scale=0.125)
+    grouped = q.astype(np.float64).reshape(2, 2, group, 5, 64)
+    scores = np.where(mask[:, :, None], np.einsum("rkgld,rktd->rkglt", grouped, keys.astype(np.float64)) * 0.125,
+                      -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("rkglt,rktd->rkgld", weights / weights.sum(-1, keepdims=True), values.astype(np.float64))
+    np.testing.assert_allclose(np.array(o), want.reshape(q.shape), atol=1e-5, rtol=0)
+
+
 def test_gather_path_refuses_rows_shorter_than_their_queries(rng):
     ids = fresh_blocks(rng, 4)
     case = make_case(rng, [ids[:1], ids[1:3]], [3, 20], block_size=16)
