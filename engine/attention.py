@@ -267,6 +267,7 @@ def masked_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.arr
     """MLX's own unfused scaled_dot_product_attention (its ops fallback) for a GPU: there a masked multi-token
     query goes to cuDNN, whose prefill of a 32K prompt on an 8B-shaped model took an H100's 80 GB at ~24K tokens
     (peak 73 GB within one 2,048-token chunk's step) where these ops peaked at 33 GB, in the same time a chunk.
+    Not portable.dense_attention: its float32 operands would put a GPU's matmuls in float32.
     q [R, Hq, L, D], keys and values [R, Hkv, T, D], mask [R, 1, L, T]."""
     rows, heads, length, d = q.shape
     kv_heads = keys.shape[1]
