@@ -27,6 +27,7 @@ import mlx.core as mx
 import numpy as np
 import psutil
 
+from . import buffer_cache
 from .cascade import best_span
 from .config import CascadeConfig, EngineConfig
 from .decode_plan import DecodeOutcome
@@ -243,6 +244,7 @@ class Engine:
             launched = self._launch(batch, start) if batch is not None else None
         finished = self._complete(self._inflight)
         self._inflight = launched
+        buffer_cache.trim()
         return launched is not None or finished
 
     def _launch(self, batch: ScheduledStep, start: float) -> InFlight | None:
