@@ -39,6 +39,7 @@ from typing import Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from . import buffer_cache
 from .pool import KV_DTYPES
 from .step_inputs import StepInputs
 
@@ -307,6 +308,7 @@ def follow(runner, ranks: Ranks) -> None:
         if kind == STEP:
             with ranks.watch("this rank's step to be built"):
                 runner.follow(inputs)
+            buffer_cache.trim()     # as rank 0's engine does between its steps
 
 
 def _backend_in_env() -> str:

@@ -1,0 +1,75 @@
+"""MLX's buffer cache emptied between steps once it and the live arrays near the memory limit
+(engine/buffer_cache.py): only then, live arrays untouched, the engine's tokens unchanged."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxcel.engine import buffer_cache
+from mlxcel.engine.sequence import SamplingParams
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def memory_limit():
+    """Set MLX's memory limit inside a test; the old one comes back after it."""
+    before = mx.get_memory_limit()
+    yield mx.set_memory_limit
+    mx.set_memory_limit(before)
+    mx.clear_cache()
+
+
+def cached(nbytes: int) -> None:
+    """Leave ``nbytes`` of freed buffers in MLX's cache."""
+    freed = mx.zeros((nbytes // 4,), mx.float32)
+    mx.eval(freed)
+    del freed
+
+
+def test_trim_empties_the_cache_past_the_high_water(memory_limit):
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(MIB).astype(np.float32)      # 4 MiB live
+    live = mx.array(values)
+    mx.eval(live)
+    mx.clear_cache()
+    cached(4 * MIB)
+    assert mx.get_cache_memory() >= 4 * MIB
+    # live 4 + cached 4 MiB against a 8.5 MiB limit: past 0.9 of it
+    memory_limit(int(8.5 * MIB))
+    assert buffer_cache.trim()
+    assert mx.get_cache_memory() == 0
+    np.testing.assert_array_equal(np.array(live), values)     # a live array is not the cache's
+
+
+def test_trim_leaves_the_cache_below_the_high_water(memory_limit):
+    mx.clear_cache()
+    cached(4 * MIB)
+    held = mx.get_cache_memory()
+    memory_limit(64 * MIB)                                    # 4 MiB of 64: far below
+    assert not buffer_cache.trim()
+    assert mx.get_cache_memory() == held
+
+
+def test_engine_tokens_unchanged_when_it_trims(make_engine, memory_limit, monkeypatch):
+    rng = np.random.default_rng(1)
+    prompts = [[int(t) for t in rng.integers(3, 1000, n)] for n in (40, 70, 33)]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+
+    def generate() -> list[list[int]]:
+        engine = make_engine()
+        seqs = [engine.submit(p, params) for p in prompts]
+        engine.run_until_idle()
+        return [s.completion_token_ids for s in seqs]
+
+    want = generate()
+    trims = []
+    real = buffer_cache.trim
+    monkeypatch.setattr(buffer_cache, "trim", lambda: trims.append(real()) or trims[-1])
+    # A limit under what the engine's arrays hold: every step empties the cache.
+    memory_limit(max(1, mx.get_active_memory() // 2))
+    got = generate()
+    assert trims and all(trims)
+    assert got == want and any(len(set(t)) > 1 for t in got)   # tokens that vary
