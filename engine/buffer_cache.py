@@ -22,15 +22,19 @@ from __future__ import annotations
 import mlx.core as mx
 
 # The share of MLX's memory limit held (live arrays and cache together) past
-# which the cache is emptied.
+# which the cache is emptied, and the share the cache itself must hold: a pool
+# sized near the limit (a server's whole GPU) leaves a decode step's few cached
+# buffers alone, where emptying them every step would allocate them anew.
 HIGH_WATER = 0.9
+CACHE_SHARE = 0.05
 
 
 def trim() -> bool:
-    """Empty MLX's buffer cache where it and the live arrays exceed HIGH_WATER
-    of the memory limit; whether it did."""
-    limit = mx.get_memory_limit()
-    if not limit or mx.get_active_memory() + mx.get_cache_memory() <= HIGH_WATER * limit:
+    """Empty MLX's buffer cache where it holds at least CACHE_SHARE of the
+    memory limit and it and the live arrays exceed HIGH_WATER of it; whether
+    it did."""
+    limit, cache = mx.get_memory_limit(), mx.get_cache_memory()
+    if not limit or cache < CACHE_SHARE * limit or mx.get_active_memory() + cache <= HIGH_WATER * limit:
         return False
     mx.clear_cache()
     return True

@@ -53,6 +53,17 @@ def test_trim_leaves_the_cache_below_the_high_water(memory_limit):
     assert mx.get_cache_memory() == held
 
 
+def test_trim_leaves_a_small_cache_beside_large_live_arrays(memory_limit):
+    live = mx.zeros((4 * MIB,), mx.float32)                   # 16 MiB live
+    mx.eval(live)
+    mx.clear_cache()
+    cached(MIB // 2)
+    held = mx.get_cache_memory()
+    memory_limit(17 * MIB)              # past 0.9 of the limit, but the cache under 0.05 of it
+    assert not buffer_cache.trim()
+    assert mx.get_cache_memory() == held
+
+
 def test_engine_tokens_unchanged_when_it_trims(make_engine, memory_limit, monkeypatch):
     rng = np.random.default_rng(1)
     prompts = [[int(t) for t in rng.integers(3, 1000, n)] for n in (40, 70, 33)]
@@ -68,8 +79,8 @@ def test_engine_tokens_unchanged_when_it_trims(make_engine, memory_limit, monkey
     trims = []
     real = buffer_cache.trim
     monkeypatch.setattr(buffer_cache, "trim", lambda: trims.append(real()) or trims[-1])
-    # A limit under what the engine's arrays hold: every step empties the cache.
+    # A limit under what the engine's arrays hold: every step whose cache holds 0.05 of it empties it.
     memory_limit(max(1, mx.get_active_memory() // 2))
     got = generate()
-    assert trims and all(trims)
+    assert any(trims)
     assert got == want and any(len(set(t)) > 1 for t in got)   # tokens that vary
