@@ -244,7 +244,8 @@ class Engine:
             launched = self._launch(batch, start) if batch is not None else None
         finished = self._complete(self._inflight)
         self._inflight = launched
-        buffer_cache.trim()
+        if buffer_cache.trim():
+            self.metrics.mlx_cache_clears.inc()
         return launched is not None or finished
 
     def _launch(self, batch: ScheduledStep, start: float) -> InFlight | None:

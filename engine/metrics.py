@@ -70,6 +70,9 @@ class EngineMetrics:
                                          registry=self.registry)
         self.preemptions = Counter("mlxcel_preemptions", "Sequences preempted back to the queue (pool exhausted)",
                                    registry=self.registry)
+        self.mlx_cache_clears = Counter("mlxcel_mlx_cache_clears",
+                                        "Times the engine emptied MLX's buffer cache between steps (it and the live "
+                                        "arrays near MLX's memory limit)", registry=self.registry)
         self.decode_step = Histogram("mlxcel_decode_step_seconds",
                                      "Wall time of one decode step (all layers), from its launch or the previous "
                                      "step's end to its tokens on the host", registry=self.registry,
@@ -234,6 +237,9 @@ class _EngineCollector:
                                 value=int(self.engine.cascade.enabled))
         yield GaugeMetricFamily("mlxcel_mlx_active_memory_bytes", "MLX memory this process holds now",
                                 value=mx.get_active_memory())
+        yield GaugeMetricFamily("mlxcel_mlx_cache_memory_bytes",
+                                "Freed MLX buffers this process keeps for reuse (mx.get_cache_memory)",
+                                value=mx.get_cache_memory())
         yield GaugeMetricFamily("mlxcel_mlx_peak_memory_bytes",
                                 "Most MLX memory this process has held (mx.get_peak_memory)",
                                 value=mx.get_peak_memory())

@@ -69,18 +69,19 @@ def test_engine_tokens_unchanged_when_it_trims(make_engine, memory_limit, monkey
     prompts = [[int(t) for t in rng.integers(3, 1000, n)] for n in (40, 70, 33)]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
 
-    def generate() -> list[list[int]]:
+    def generate():
         engine = make_engine()
         seqs = [engine.submit(p, params) for p in prompts]
         engine.run_until_idle()
-        return [s.completion_token_ids for s in seqs]
+        return engine, [s.completion_token_ids for s in seqs]
 
-    want = generate()
+    _, want = generate()
     trims = []
     real = buffer_cache.trim
     monkeypatch.setattr(buffer_cache, "trim", lambda: trims.append(real()) or trims[-1])
     # A limit under what the engine's arrays hold: every step whose cache holds 0.05 of it empties it.
     memory_limit(max(1, mx.get_active_memory() // 2))
-    got = generate()
+    engine, got = generate()
     assert any(trims)
+    assert engine.metrics.registry.get_sample_value("mlxcel_mlx_cache_clears_total") == sum(trims)
     assert got == want and any(len(set(t)) > 1 for t in got)   # tokens that vary
