@@ -177,6 +177,7 @@ class Engine:
                  "process_rss_bytes": PROCESS.memory_info().rss,
                  "process_cpu_percent": PROCESS.cpu_percent(None),  # since the previous read
                  "mlx_active_memory_bytes": mx.get_active_memory(),
+                 "mlx_cache_memory_bytes": mx.get_cache_memory(),
                  "mlx_peak_memory_bytes": mx.get_peak_memory()}
         return replace(snapshot, sequences=sequences, extra=extra)
 

@@ -62,6 +62,7 @@ def snapshot_summary(snap: dict) -> dict:
         "tokens_per_second": round(snap["tokens_per_second"], 2),
         "process_rss_bytes": extra.get("process_rss_bytes"),
         "mlx_active_memory_bytes": extra.get("mlx_active_memory_bytes"),
+        "mlx_cache_memory_bytes": extra.get("mlx_cache_memory_bytes"),
         "tensor_parallel": snap.get("tensor_parallel"),
     }
 
@@ -110,7 +111,7 @@ def _overview_rows(summary: dict) -> list[tuple[str, str]]:
                         f"{ms('step_host_p50_ms')} · device p50 {ms('step_device_p50_ms')}"),
         ("decode throughput", f"{summary['tokens_per_second']:.1f} tokens/s"),
         ("memory", f"{_mib(summary['process_rss_bytes'])} resident · {_mib(summary['mlx_active_memory_bytes'])} "
-                   "MLX active"),
+                   f"MLX active · {_mib(summary['mlx_cache_memory_bytes'])} MLX buffer cache"),
     ]
     return rows
 

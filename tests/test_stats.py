@@ -100,6 +100,7 @@ def test_url_reads_a_live_server(make_engine):
     block_mib = engine.pool.num_blocks * engine.pool.geometry.bytes_per_block / 2**20
     assert f"of {engine.pool.num_blocks} blocks used" in table.stdout and f"{block_mib:.1f} MiB" in table.stdout
     assert " ms" in table.stdout and "%" in table.stdout
+    assert "MiB MLX buffer cache" in table.stdout and metric(data, "mlxcel_mlx_cache_memory_bytes") >= 0
 
 
 def test_watch_writes_json_lines_when_piped_and_redraws_on_a_terminal(make_engine, monkeypatch):
