@@ -155,15 +155,16 @@ def matmul_env(matmul: str):
 
 
 def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
-            kv_dtypes: tuple[str | None, ...] = (None,), matmuls: tuple[str, ...] = ("auto",)) -> None:
-    """A few tokens through each path first, so that no measured read pays for compiling its kernels (NVRTC
-    builds each template instance on its first launch: seconds at this shape). Enough tokens for steady
-    decode-only steps after the staggered prefills: those steps' whole-layer traces and skinny matmuls are
-    kernels of their own."""
+            kv_dtypes: tuple[str | None, ...] = (None,), matmuls: tuple[str, ...] = ("auto",),
+            new_tokens: int = 16) -> None:
+    """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
+    template instance on its first launch: seconds at this shape) or tracing its layers. A read meets a new
+    whole-layer trace whenever its cascade's launch options change as the rows grow: at 32 x 32K one came
+    after ~16 tokens a row and cost its step 7.8 s (run 62), so the warm-up runs as many tokens as a read."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:
-                engine_arm(loaded, batch, 16, cascade, block_size, shared, kv_dtype, matmul)
+                engine_arm(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype, matmul)
 
 
 def arm_order(kv_dtypes: list[str], matmuls: list[str] = ("auto",)) -> list[tuple[str, bool, str, str]]:
@@ -324,7 +325,7 @@ def main() -> None:
         print("fit", json.dumps(report["fit"]), flush=True)
         save()
     matmuls = args.cascade_matmuls.split(",")
-    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), tuple(matmuls))
+    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), tuple(matmuls), args.new_tokens)
     arms = {}
     for key, cascade, kv_dtype, matmul in arm_order(kv_dtypes, matmuls):
         result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype, matmul)

@@ -240,7 +240,7 @@ def main() -> None:
               "shared": args.shared, "new_tokens": args.new_tokens,
               "copy_bandwidth_Bps": copy_bandwidth(args.copy_mib), "weight_bytes": weight_bytes(loaded), "arms": {}}
     arms = {**ARMS, **COMPOSED_ARMS} if args.compare_layer_ops else ARMS
-    e2e.warm_up(loaded, batch, args.block_size, args.shared)
+    e2e.warm_up(loaded, batch, args.block_size, args.shared, new_tokens=args.new_tokens)
     for name, cascade in sorted(arms.items(), key=lambda arm: not arm[1]):    # the cascade arms side by side
         os.environ[LAYER_OPS_ENV] = "composed" if name.endswith("_composed") else ""
         report["arms"][name] = profile_arm(loaded, batch, args, cascade, report["copy_bandwidth_Bps"],
