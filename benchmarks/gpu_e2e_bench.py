@@ -160,7 +160,7 @@ def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
     """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
     template instance on its first launch: seconds at this shape) or tracing its layers. A read meets a new
     whole-layer trace whenever its cascade's launch options change as the rows grow: at 32 x 32K one came
-    after ~16 tokens a row and cost its step 7.8 s (run 62), so the warm-up runs as many tokens as a read."""
+    after ~16 tokens a row and cost its step 7.8 s on an H100, so the warm-up runs as many tokens as a read."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:

@@ -2,19 +2,18 @@
 
 MLX keeps freed buffers for reuse up to its memory limit (0.95 of a CUDA
 GPU's memory), and a long prompt's prefill fills it: its chunks' attention
-scores and activations. What follows was measured at 32 sessions behind a
-32K prefix on an H100 (run 60): left so, the decode steps' graph building
-waited on the device (37 ms of a 47 ms flat step, 9.9 of a 14.7 ms cascade
-step) while MLX's cache stayed nearly empty. MLX's CUDA allocator, as its
-source reads, explains it: while the device's memory pool holds more than
-0.95 of the GPU, each allocation the cache cannot serve first frees a
-twentieth of the GPU's worth of cached buffers, and a host-made array's
-buffer (managed memory) is freed by ``cudaFree``, which waits for the whole
-device. Emptied once the cache and the live arrays pass HIGH_WATER of the
-limit (three times an arm in those runs), the same steps took
-38.4 and 9.4 ms, tokens identical. mlx-lm clears the cache after every
-prefill chunk; below the high water nothing is emptied here, so a server
-that only decodes keeps its buffers.
+scores and activations. Left so, at 32 sessions behind a 32K prefix on an
+H100, the decode steps' graph building waited on the device (37 ms of a 47
+ms flat step, 9.9 of a 14.7 ms cascade step) while MLX's cache stayed nearly
+empty. MLX's CUDA allocator, as its source reads, explains it: while the
+device's memory pool holds more than 0.95 of the GPU, each allocation the
+cache cannot serve first frees a twentieth of the GPU's worth of cached
+buffers, and a host-made array's buffer (managed memory) is freed by
+``cudaFree``, which waits for the whole device. Emptied once the cache and
+the live arrays pass HIGH_WATER of the limit, the same steps took 38.4 and
+9.4 ms, tokens identical (docs/benchmark_results/quantized-kv-2026-12-01.md).
+mlx-lm clears the cache after every prefill chunk; below the high water
+nothing is emptied here, so a server that only decodes keeps its buffers.
 """
 
 from __future__ import annotations
