@@ -23,6 +23,13 @@ store included).
   trace replays; an attention that is not traceable runs between the traced
   halves.
 
+Layers alike (``structure``: the same modules, settings and weight shapes,
+every layer of the supported families) share their traces, each layer's
+weights passed as the trace's inputs: making a trace costs the host
+milliseconds, and a trace per layer made a step that first met a new
+attention signature (a new batch size, new launch options as rows grow)
+take seconds at 36 layers.
+
 Traced where MLX encodes each op for a GPU (``MLXCEL_TRACED_LAYERS=off``
 opts out, ``halves`` keeps the attention out of the traces, ``on`` traces on
 the CPU too, where the attention's ops, not these, take the host's time), in
@@ -34,12 +41,15 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from contextlib import contextmanager
 from enum import Enum
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
 
 from mlxcel.kernels.kv_quant import Pages
 from mlxcel.kernels.layer_ops import ComposedOps, PoolSlots
@@ -48,10 +58,10 @@ from .attention import TraceableAttention
 from .config import parse_flag
 
 TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
-# Whole-layer traces kept per layer, one per attention signature: each batch
-# size has its own (the launches' grids), and a server's concurrency moves
-# over a few dozen of them; a trace costs the host milliseconds to make again
-# (the halves' traces, one per row count, are never dropped either).
+# Whole-layer traces kept, one per attention signature: each batch size has
+# its own (the launches' grids), and a server's concurrency moves over a few
+# dozen of them; a trace costs the host milliseconds to make again (the
+# halves' traces, one per row count, are never dropped either).
 KEPT_WHOLE_TRACES = 64
 
 
@@ -74,57 +84,158 @@ def traced_layers_wanted() -> TracedLayers:
     return TracedLayers.WHOLE if flag else TracedLayers.OFF
 
 
-class LayerHalves:
-    """One decoder layer's ops around its attention, plain or traced."""
+def before(layer: nn.Module, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
+           slot_blocks: mx.array | None = None, slot_offsets: mx.array | None = None,
+           k_pool: Pages | None = None, v_pool: Pages | None = None):
+    """(the stream, q [T, Hq, D], k, v [T, Hkv, D]) from the stream's pair
+    (model.py; ``residual`` None: h is the stream). With the pool's arrays
+    the ops may store k and v themselves (then both None)."""
+    slots = None if k_pool is None else PoolSlots(k_pool, v_pool, slot_blocks, slot_offsets)
+    return layer.self_attn.project(ops, residual, h, layer.input_layernorm, positions, slots)
 
-    def __init__(self, layer: nn.Module) -> None:
-        self.layer = layer
-        self._traced: dict[ComposedOps, tuple[Callable, Callable]] = {}
+
+def after(layer: nn.Module, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
+    """The stream's pair (model.py) after o_proj of the attention's o [T, Hq, D] and the MLP."""
+    residual, h = layer.self_attn.output(ops, residual, o)
+    return layer.mlp(ops, residual, h, layer.post_attention_layernorm)
+
+
+def whole(layer: nn.Module, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None,
+          h: mx.array, positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages,
+          v_pool: Pages, last_page_len: mx.array, arrays: tuple[mx.array, ...]) -> tuple[mx.array, mx.array]:
+    """The layer: ``before`` storing K/V itself, ``attention`` over ``arrays``, ``after``."""
+    residual, q, _, _ = before(layer, ops, residual, h, positions, slot_blocks, slot_offsets, k_pool, v_pool)
+    return after(layer, ops, residual, attention.rebind(arrays)(q, k_pool, v_pool, last_page_len))
+
+
+def transposing_linears(layer: nn.Module) -> list[nn.Module]:
+    """The layer's engine Linears (model.py), whose evaluated transposes a trace takes beside the weights."""
+    return [module for module in layer.modules() if hasattr(module, "transposed")]
+
+
+def layer_weights(layer: nn.Module) -> list[mx.array]:
+    """What a shared trace takes as the layer's inputs: its parameters (``tree_flatten``'s order), then each
+    engine Linear's transpose."""
+    return [array for _, array in tree_flatten(layer.parameters())] + [
+        linear.transposed() for linear in transposing_linears(layer)]
+
+
+def scalar_settings(obj: object) -> tuple:
+    return tuple(sorted((key, value) for key, value in vars(obj).items()
+                        if isinstance(value, (bool, int, float, str, type(None)))))
+
+
+def structure(layer: nn.Module) -> tuple:
+    """What a trace of the layer holds besides the inputs ``layer_weights`` lists: each module's type and
+    settings (norms' eps, head counts, quantization), the weights' names, shapes and dtypes, and the rope
+    (its settings and frequencies). Layers of one structure trace alike."""
+    modules = tuple((name, type(module).__name__, scalar_settings(module)) for name, module in layer.named_modules())
+    weights = tuple((name, array.shape, array.dtype) for name, array in tree_flatten(layer.parameters()))
+    rope = layer.self_attn.heads.rope
+    rope_arrays = [np.asarray(array).tolist() for _, array in tree_flatten(dict(rope))]
+    frequencies = layer.self_attn.heads.frequencies
+    if frequencies is not None:
+        rope_arrays.append(np.asarray(frequencies[0]).tolist())
+    return modules, weights, type(rope).__name__, scalar_settings(rope), str(rope_arrays)
+
+
+@contextmanager
+def weights_bound(layer: nn.Module, weights: list[mx.array]) -> Iterator[None]:
+    """The layer running on ``weights`` (``layer_weights``' order) instead of its own, while a trace is made."""
+    names = [name for name, _ in tree_flatten(layer.parameters())]
+    linears = transposing_linears(layer)
+    own = layer_weights(layer)
+
+    def bind(arrays: list[mx.array]) -> None:
+        layer.update(tree_unflatten(list(zip(names, arrays[: len(names)]))))
+        for linear, transposed in zip(linears, arrays[len(names):]):
+            linear.__dict__["_transposed"] = (linear.weight, transposed)
+
+    bind(weights)
+    try:
+        yield
+    finally:
+        bind(own)
+
+
+class LayerTraces:
+    """The traces shared by layers of one structure: the halves per step's ops, the whole layer per ops and
+    attention signature. A trace runs ``template`` (one of the layers) with the weights it is given."""
+
+    def __init__(self, template: nn.Module) -> None:
+        self.template = template
+        self._halves: dict[ComposedOps, tuple[Callable, Callable]] = {}
         self._whole: OrderedDict[tuple, Callable] = OrderedDict()
 
-    def before(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
-               slot_blocks: mx.array | None = None, slot_offsets: mx.array | None = None,
-               k_pool: Pages | None = None, v_pool: Pages | None = None):
-        """(the stream, q [T, Hq, D], k, v [T, Hkv, D]) from the stream's pair
-        (model.py; ``residual`` None: h is the stream). With the pool's arrays
-        the ops may store k and v themselves (then both None)."""
-        slots = None if k_pool is None else PoolSlots(k_pool, v_pool, slot_blocks, slot_offsets)
-        return self.layer.self_attn.project(ops, residual, h, self.layer.input_layernorm, positions, slots)
+    def __len__(self) -> int:
+        return len(self._halves) + len(self._whole)
 
-    def after(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
-        """The stream's pair (model.py) after o_proj of the attention's o [T, Hq, D] and the MLP."""
-        layer = self.layer
-        residual, h = layer.self_attn.output(ops, residual, o)
-        return layer.mlp(ops, residual, h, layer.post_attention_layernorm)
-
-    def whole(self, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None, h: mx.array,
-              positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages, v_pool: Pages,
-              last_page_len: mx.array, arrays: tuple[mx.array, ...]) -> tuple[mx.array, mx.array]:
-        """The layer: ``before`` storing K/V itself, ``attention`` over
-        ``arrays``, ``after``."""
-        residual, q, _, _ = self.before(ops, residual, h, positions, slot_blocks, slot_offsets, k_pool, v_pool)
-        return self.after(ops, residual, attention.rebind(arrays)(q, k_pool, v_pool, last_page_len))
-
-    def forget_traces(self) -> None:
-        """Drop the traces: they hold the layer's weights as of their tracing (called when the weights change)."""
-        self._traced.clear()
+    def clear(self) -> None:
+        self._halves.clear()
         self._whole.clear()
 
-    def traced_whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
-        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature."""
+    def _run(self, step: Callable, fixed: tuple, weights: list[mx.array], *args):
+        with weights_bound(self.template, weights):
+            return step(self.template, *fixed, *args)
+
+    def halves(self, ops: ComposedOps) -> tuple[Callable, Callable]:
+        """``before`` and ``after`` traced for ``ops``, each taking a layer's weights first."""
+        pair = self._halves.get(ops)
+        if pair is None:
+            pair = self._halves[ops] = (mx.compile(partial(self._run, before, (ops,))),
+                                        mx.compile(partial(self._run, after, (ops,))))
+        return pair
+
+    def whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
+        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature, taking a layer's weights
+        first."""
         key = (ops, attention.signature)
         traced = self._whole.get(key)
         if traced is None:
-            traced = self._whole[key] = mx.compile(partial(self.whole, ops, attention))
+            traced = self._whole[key] = mx.compile(partial(self._run, whole, (ops, attention)))
             if len(self._whole) > KEPT_WHOLE_TRACES:
                 self._whole.popitem(last=False)
         else:
             self._whole.move_to_end(key)
         return traced
 
+
+def shared_traces(layers: list[nn.Module]) -> list[LayerTraces]:
+    """Each layer's traces, shared by the layers of one structure (``structure``)."""
+    groups: dict[tuple, LayerTraces] = {}
+    return [groups.setdefault(structure(layer), LayerTraces(layer)) for layer in layers]
+
+
+class LayerHalves:
+    """One decoder layer's ops around its attention, plain or traced (the traces shared with its like)."""
+
+    def __init__(self, layer: nn.Module, traces: LayerTraces) -> None:
+        self.layer = layer
+        self.traces = traces
+        self._weights: list[mx.array] | None = None
+
+    def weights(self) -> list[mx.array]:
+        if self._weights is None:
+            self._weights = layer_weights(self.layer)
+        return self._weights
+
+    def before(self, ops: ComposedOps, *args):
+        return before(self.layer, ops, *args)
+
+    def after(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
+        return after(self.layer, ops, residual, o)
+
+    def forget_traces(self) -> None:
+        """Drop the traces and the weights they were given (called when the weights change)."""
+        self.traces.clear()
+        self._weights = None
+
+    def traced_whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
+        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature, on this layer."""
+        return partial(self.traces.whole(ops, attention), self.weights())
+
     def traced(self, ops: ComposedOps) -> tuple[Callable, Callable]:
-        """``before`` and ``after`` traced for ``ops`` (the step's layer ops)."""
-        pair = self._traced.get(ops)
-        if pair is None:
-            pair = self._traced[ops] = (mx.compile(partial(self.before, ops)), mx.compile(partial(self.after, ops)))
-        return pair
+        """``before`` and ``after`` traced for ``ops`` (the step's layer ops), on this layer."""
+        weights = self.weights()
+        traced_before, traced_after = self.traces.halves(ops)
+        return partial(traced_before, weights), partial(traced_after, weights)

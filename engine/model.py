@@ -35,7 +35,7 @@ from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import TraceableAttention, paged_prefill_attention
 from .decode_plan import DecodePlan
-from .layer_halves import LayerHalves, TracedLayers
+from .layer_halves import LayerHalves, TracedLayers, shared_traces
 from .pool import BlockPool
 
 # model_type (as in config.json) -> the mlx-lm module implementing it
@@ -145,12 +145,13 @@ def on_pool(model: nn.Module, tokenizer: Any, name: str, path: Path, model_type:
     attn = model.layers[0].self_attn
     head_dim = attn.head_dim if hasattr(attn, "head_dim") else attn.q_proj.weight.shape[0] // attn.n_heads
     dtype = activation_dtype(attn.q_proj)
-    for index, layer in enumerate(model.layers):
-        layer.self_attn = PagedAttention(layer.self_attn, index, head_dim)
+    for layer in model.layers:
+        layer.self_attn = PagedAttention(layer.self_attn, head_dim)
         layer.mlp = FusedMLP(layer.mlp)
-        layer.halves = LayerHalves(layer)
         mx.eval(layer.parameters())  # the concatenated weights now, so the separate ones are freed layer by layer
         prepare_linears(layer)
+    for layer, traces in zip(model.layers, shared_traces(model.layers)):
+        layer.halves = LayerHalves(layer, traces)
     return LoadedModel(model, tokenizer, name, path, model_type, len(model.layers),
                        attn.n_heads, attn.n_kv_heads, head_dim, dtype, attn.scale, model.args.vocab_size)
 
@@ -259,9 +260,8 @@ def prepare_linears(model: nn.Module) -> None:
 class PagedAttention(nn.Module):
     """mlx-lm's Llama/Mistral/Qwen2/Qwen3 attention on the pool."""
 
-    def __init__(self, attn: nn.Module, layer: int, head_dim: int) -> None:
+    def __init__(self, attn: nn.Module, head_dim: int) -> None:
         super().__init__()
-        self.layer = layer
         self.n_heads, self.n_kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, head_dim
         self.scale = attn.scale
         projections = [attn.q_proj, attn.k_proj, attn.v_proj]
@@ -378,9 +378,8 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
     # The fused cascade reads a shared span once for all its rows, so the host
     # sets such a step's pace: its projections take the kernels cheapest to launch.
     whole_ops = ops.host_bound() if whole is not None else None
-    for layer in inner.layers:
+    for index, layer in enumerate(inner.layers):
         halves: LayerHalves = layer.halves
-        index = layer.self_attn.layer
         k_pool, v_pool = ctx.pool.keys[index], ctx.pool.values[index]
         if whole is not None:
             try:

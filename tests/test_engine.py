@@ -193,6 +193,33 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
             np.testing.assert_array_equal(step, plain_step)
 
 
+def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(tiny_model_path, llama_loaded,
+                                                                             make_engine, monkeypatch):
+    # A shared trace takes each layer's weights as inputs but keeps what is not an input (a norm's eps, the
+    # rope) as its template layer has it. The families' layers are alike: one set of traces. A layer whose
+    # norm differs gets its own, else it would run the template's eps: the logits stay the plain path's.
+    from mlxcel.engine.model import on_pool
+    assert len({id(layer.halves.traces) for layer in llama_loaded.model.layers}) == 1
+    model, tokenizer = mlx_lm.load(str(tiny_model_path))
+    model.layers[1].input_layernorm.eps = 0.25
+    loaded = on_pool(model, tokenizer, "unlike", tiny_model_path, "qwen3")
+    traces = [layer.halves.traces for layer in model.layers]
+    assert traces[1] is not traces[0] and all(t is traces[0] for i, t in enumerate(traces) if i != 1)
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 48)
+    prompts = [system + random_prompt(rng, n) for n in (3, 11, 20)]
+    runs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+        runs[mode] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2), prompts, 12)
+    assert len(traces[0]) and len(traces[1])
+    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+
+
 def cascade_runs(tiny_model_path, make_engine, monkeypatch, env: str, values: tuple[str, ...]):
     """(the bf16 model, {value: greedy tokens and logits}, the last engine): 4 rows behind an 80-token shared
     prefix, 24 tokens each, cascade on over pages of 16, once for each value of the env variable ``env``."""
@@ -216,11 +243,11 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
     # launches inside, its layout's arrays as inputs: the logits stay the plain path's bit for bit while rows
     # cross pages on different steps, and a layer is traced a few times (row counts), not once per layout.
     from mlxcel import kernels
-    from mlxcel.engine.layer_halves import LayerHalves
+    from mlxcel.engine import layer_halves
     monkeypatch.setenv("MLXCEL_MATMUL", "cublas")   # the plain path's matmuls in the traces too
     traces = []
-    real = LayerHalves.whole
-    monkeypatch.setattr(LayerHalves, "whole", lambda self, *a: traces.append(self) or real(self, *a))
+    real = layer_halves.whole
+    monkeypatch.setattr(layer_halves, "whole", lambda layer, *a: traces.append(layer) or real(layer, *a))
     loaded, runs, engine = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_TRACED_LAYERS",
                                         ("off", "on"))
     (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
@@ -233,9 +260,9 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
     assert cascade_steps >= 20
     if not kernels.fused_takes(engine.runner.shape):
         assert traces == []                 # the portable cascade runs between the traced halves
-    else:
-        per_layer = len(traces) / loaded.num_layers
-        assert 1 <= per_layer <= cascade_steps / 3
+    else:   # the layers share their traces: each made once, on one template layer
+        assert 1 <= len(traces) <= cascade_steps / 3
+        assert {id(layer) for layer in traces} == {id(loaded.model.layers[0].halves.traces.template)}
 
 
 def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_loaded, make_engine, monkeypatch):
@@ -329,9 +356,9 @@ def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkey
     prompts = [random_prompt(np.random.default_rng(), 40)]
     loaded = load_model(tiny_model_path)
     make_engine(loaded=loaded).generate(prompts, params)            # traced with the float32 weights
-    assert all(layer.halves._traced for layer in loaded.model.layers)
+    assert all(len(layer.halves.traces) for layer in loaded.model.layers)
     loaded.set_dtype(mx.bfloat16)
-    assert not any(layer.halves._traced for layer in loaded.model.layers)
+    assert not any(len(layer.halves.traces) for layer in loaded.model.layers)
     traced = make_engine(loaded=loaded).generate(prompts, params)
     monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "off")
     assert traced == make_engine(loaded=loaded).generate(prompts, params)
