@@ -321,10 +321,11 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
     real = cuda_matmul.skinny_matmul
     monkeypatch.setattr(cuda_matmul, "skinny_matmul", lambda *a, **k: calls.append(k) or real(*a, **k))
     loaded, runs, _ = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_MATMUL", ("cublas", "auto"))
-    # Traced: four projections a layer, called as each trace is made, the norms and adds around them folded in.
-    assert len(calls) >= 4 * loaded.num_layers
-    assert sum(k.get("residual") is not None for k in calls) >= 2 * loaded.num_layers
-    assert sum(bool(k.get("swiglu")) for k in calls) >= loaded.num_layers
+    # Traced: four projections a layer, called as each trace (the layers share it) is made, the norms and adds
+    # around them folded in.
+    assert len(calls) >= 4
+    assert sum(k.get("residual") is not None for k in calls) == len(calls) // 2
+    assert sum(bool(k.get("swiglu")) for k in calls) == len(calls) // 4
     (tokens, logits), (plain_tokens, plain_logits) = runs["auto"], runs["cublas"]
     assert any(len(set(t)) > 1 for t in plain_tokens)
     compared = 0
