@@ -1,9 +1,9 @@
 """Run 62's probe again with the layers sharing their traces: does the first cascade read of the 32 x 32K cell
 still lose seconds in one step once a new attention signature makes one trace, not 36? The cell's warm-up as run
 62's (16 tokens an arm), then two cascade reads of 96 tokens, each engine step timed; for every step over 0.2 s:
-its batch, the traces made in it, the kernels NVRTC built (new files in MLX_PTX_CACHE_DIR), the engine's records
-of it and of the step before (host and device seconds), MLX's active and cache memory after it and the cache
-clears so far. usage: probe.py OUT_DIR"""
+its batch, the traces made in it, new files in MLX_PTX_CACHE_DIR, the engine's records of the steps read back in it
+and of the step it launched (host: scheduling, planning, building the graph; device: MLX's encoding and the wait),
+MLX's active and cache memory after it and the cache clears so far. usage: probe.py OUT_DIR"""
 import json
 import os
 import sys
@@ -29,7 +29,7 @@ report = {}
 for read in ("first", "second"):
     engine = bench.make_engine(loaded, batch, NEW, True, 32, SHARED)
     seqs = [engine.submit(p, bench.SamplingParams(max_tokens=NEW, ignore_eos=True)) for p in batch]
-    slow, index = [], 0
+    slow, index, waiting = [], 0, None
     while True:
         files, before = set(os.listdir(ptx)) if ptx.exists() else set(), len(made)
         decode_rows = len(engine.scheduler.running)
@@ -37,6 +37,9 @@ for read in ("first", "second"):
         if not engine.step():
             break
         seconds = time.perf_counter() - start
+        if waiting is not None:     # the step the slow call launched, recorded once this call read it back
+            waiting["launched_record"] = asdict(engine._recent[-1])
+            waiting = None
         if seconds > 0.2:
             built = sorted(set(os.listdir(ptx)) - files) if ptx.exists() else []
             slow.append({"step": index, "seconds": round(seconds, 3), "decoding_rows_before": decode_rows,
@@ -45,6 +48,7 @@ for read in ("first", "second"):
                          "active_gb": mx.get_active_memory() / 1e9, "cache_gb": mx.get_cache_memory() / 1e9,
                          "cache_clears": engine.metrics.registry.get_sample_value("mlxcel_mlx_cache_clears_total"),
                          "completion_tokens": sum(s.num_completion_tokens for s in seqs)})
+            waiting = slow[-1]
         index += 1
     bench.release(engine)
     report[read] = {"steps": index, "slow_steps": slow}

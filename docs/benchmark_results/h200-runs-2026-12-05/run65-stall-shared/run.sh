@@ -1,4 +1,4 @@
-# Run 65: run 62's stall probe with the traces shared (probe.py), then the fixed GPU tests. Device call: carry
+# Run 65 (two calls): run 62's stall probe with the traces shared (probe.py), then GPU tests. Device call: carry
 # .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 set -u
 if ! PYTHONPATH=/tmp/site python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
