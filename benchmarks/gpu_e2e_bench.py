@@ -159,8 +159,8 @@ def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
             new_tokens: int = 16) -> None:
     """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
     template instance on its first launch: seconds at this shape) or tracing its layers. A read meets a new
-    whole-layer trace whenever its cascade's launch options change as the rows grow: at 32 x 32K one came
-    after ~16 tokens a row and cost its step 7.8 s on an H100, so the warm-up runs as many tokens as a read."""
+    kernel instance whenever its cascade's launch options change as the rows grow: at 32 x 32K one came after
+    ~16 tokens a row and cost its step 5-8 s on an H100, so the warm-up runs as many tokens as a read."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:
@@ -342,8 +342,8 @@ def main() -> None:
     report["reads_agree"] = {name: arms[name]["tokens"] == arms[f"{name}_2"]["tokens"]
                              for name in arms if not name.endswith("_2")}
     if not args.skip_mlx_lm:
-        # mlx-lm's batch of 8K prompts peaks near the whole GPU: the engine's traces (one per layer, ops and
-        # batch layout, each holding its graph's buffers) go first.
+        # mlx-lm's batch of 8K prompts peaks near the whole GPU: the engine's traces (one per ops and batch
+        # layout, each holding its graph's buffers) go first.
         for layer in loaded.model.layers:
             layer.halves.forget_traces()
         gc.collect()
