@@ -220,6 +220,31 @@ def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(ti
             np.testing.assert_array_equal(step, plain_step)
 
 
+def test_quantized_layers_share_their_traces(tiny_model_path, make_engine, monkeypatch):
+    # A quantized layer's weights, scales and biases are the shared trace's inputs (its bits and group size
+    # settings the trace holds): traced logits are the plain path's bit for bit.
+    import mlx.nn as nn
+    from mlxcel.engine.model import on_pool
+    model, tokenizer = mlx_lm.load(str(tiny_model_path))
+    nn.quantize(model, group_size=64, bits=4, class_predicate=lambda _, m: isinstance(m, nn.Linear))
+    loaded = on_pool(model, tokenizer, "quantized", tiny_model_path, "qwen3")
+    assert isinstance(model.layers[0].self_attn.qkv_proj, nn.QuantizedLinear)
+    assert len({id(layer.halves.traces) for layer in model.layers}) == 1
+    rng = np.random.default_rng()
+    system = random_prompt(rng, 48)
+    prompts = [system + random_prompt(rng, n) for n in (5, 13)]
+    runs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+        runs[mode] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2), prompts, 10)
+    assert len(model.layers[0].halves.traces)
+    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+
+
 def cascade_runs(tiny_model_path, make_engine, monkeypatch, env: str, values: tuple[str, ...]):
     """(the bf16 model, {value: greedy tokens and logits}, the last engine): 4 rows behind an 80-token shared
     prefix, 24 tokens each, cascade on over pages of 16, once for each value of the env variable ``env``."""
