@@ -158,9 +158,9 @@ def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
             kv_dtypes: tuple[str | None, ...] = (None,), matmuls: tuple[str, ...] = ("auto",),
             new_tokens: int = 16) -> None:
     """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
-    template instance on its first launch: seconds at this shape) or tracing its layers. A read meets a new
-    kernel instance whenever its cascade's launch options change as the rows grow: at 32 x 32K one came after
-    ~16 tokens a row and cost its step 5-8 s on an H100, so the warm-up runs as many tokens as a read."""
+    template instance on its first launch: seconds at this shape) or tracing its layers. Rows join one a step,
+    so a read of fewer tokens than the batch never runs a decode-only step of the whole batch: at 32 x 32K that
+    step's new kernel instances cost it 5-8 s on an H100. The warm-up runs as many tokens as a read."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:
