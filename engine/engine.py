@@ -123,6 +123,7 @@ class Engine:
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)
         self.scheduler = Scheduler(self.cache, self.config.max_running, self.config.max_batched_tokens)
         self.runner = ModelRunner(loaded, self.pool, ranks)
+        self.runner.build_kernels(self.config.max_running)
         self.ranks = ranks
         self.device = str(mx.default_device())
         self.metrics.bind_engine(self)

@@ -276,16 +276,19 @@ class PagedAttention(nn.Module):
         self.heads = HeadSplit(self.n_heads, self.n_kv_heads, head_dim, attn.rope,
                                self.get("q_norm"), self.get("k_norm"))
 
+    def linears(self) -> tuple[nn.Module, ...]:
+        """The projections of the stream: q/k/v fused, or each."""
+        return (self.qkv_proj,) if "qkv_proj" in self else (self.q_proj, self.k_proj, self.v_proj)
+
     def project(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, norm: nn.Module,
                 positions: mx.array, slots: PoolSlots | None):
         """(the stream, q [T, Hq, D], k and v [T, Hkv, D]) from the stream's pair (residual, h [T, 1, hidden])
         through ``norm``, q and k normalized and roped at ``positions``; with ``slots`` the ops may store k
         and v into the pool themselves (then both None)."""
-        if "qkv_proj" in self:
-            stream, (qkv,) = norm_project(ops, residual, h, norm, (self.qkv_proj,))
-            return (stream, *ops.split_heads(self.heads, qkv, positions, slots))
-        stream, (q, k, v) = norm_project(ops, residual, h, norm, (self.q_proj, self.k_proj, self.v_proj))
-        return (stream, *self.heads.rotate(q, k, v, positions))
+        stream, projections = norm_project(ops, residual, h, norm, self.linears())
+        if len(projections) == 1:
+            return (stream, *ops.split_heads(self.heads, projections[0], positions, slots))
+        return (stream, *self.heads.rotate(*projections, positions))
 
     def output(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
         """The stream's pair once o_proj of the attention's o [T, Hq, D] joins ``residual``."""
@@ -294,6 +297,10 @@ class PagedAttention(nn.Module):
 
 class FusedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) with gate and up one matmul."""
+
+    def linears(self) -> tuple[nn.Module, ...]:
+        up = (self.gate_up_proj,) if "gate_up_proj" in self else (self.gate_proj, self.up_proj)
+        return (*up, self.down_proj)
 
     def __init__(self, mlp: nn.Module) -> None:
         super().__init__()
@@ -398,6 +405,27 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
             ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)
         residual, h = after(residual, ctx.attend(index, q, layer.self_attn.scale))
     return inner.norm(h) if residual is None else ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
+
+
+def build_projection_kernels(model: nn.Module, ops: ComposedOps, rows: list[int]) -> bool:
+    """One layer's projections through ``ops`` once at each row count, evaluated: kernels that are an
+    instance of their own for a row count (``ops.instance_rows``) compile now, not in the first step that
+    meets them. Only a model of the engine's float ``Linear``s: others run MLX's own kernels (and a sharded
+    one's projections hold collectives). Whether it ran them."""
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    if not rows or not all(isinstance(linear, Linear) for linear in (*attn.linears(), *mlp.linears())):
+        return False
+    hidden, dtype = layer.input_layernorm.weight.shape[0], attn.o_proj.weight.dtype
+    products = []
+    for count in rows:
+        h = mx.zeros((count, 1, hidden), dtype)
+        _, projections = norm_project(ops, None, h, layer.input_layernorm, attn.linears())
+        residual, h = attn.output(ops, h, mx.zeros((count, attn.n_heads, attn.head_dim), dtype))
+        stream = mlp(ops, residual, h, layer.post_attention_layernorm)
+        products += [*projections, *(part for part in stream if part is not None)]
+    mx.eval(products)
+    return True
 
 
 def output_logits(model: nn.Module, tokens: mx.array, ctx: StepContext, rows: mx.array | None) -> mx.array:

@@ -5,6 +5,7 @@ engine reads once the step has run."""
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ from mlxcel.kernels.layer_ops import layer_ops
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
 from .layer_halves import TracedLayers, traced_layers_wanted
-from .model import LoadedModel, StepContext, final_hidden, head_logits
+from .model import LoadedModel, StepContext, build_projection_kernels, final_hidden, head_logits
 from .pool import BlockPool
 from .sampler import Sampled, Sampler
 from .scheduler import ScheduledStep
 from .step_inputs import StepInputs
 from .tensor_parallel import Ranks
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,22 @@ class ModelRunner:
         self.traced_layers = traced_layers_wanted()
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
                                     pool.geometry.page_dtype, pool.block_size, loaded.scale)
+
+    def build_kernels(self, max_rows: int) -> None:
+        """Compile now the projection kernels a decode step of up to ``max_rows`` rows compiles at its first
+        launch: on CUDA the skinny matmul is an instance per 16 rows, seconds each to compile, and the first
+        step of a new size stalled every stream that long (once per process: MLX keeps no disk cache of
+        custom kernels). A tensor-parallel model's projections hold collectives: not built ahead."""
+        if self.ranks is not None:
+            return
+        ops = layer_ops()
+        start, built = time.perf_counter(), []
+        for each in dict.fromkeys((ops, ops.host_bound())):
+            rows = each.instance_rows(max_rows)
+            if build_projection_kernels(self.loaded.model, each, rows):
+                built.append(rows)
+        if built:
+            log.info("built the projection kernels for %s rows in %.1f s", built, time.perf_counter() - start)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,

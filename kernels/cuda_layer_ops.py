@@ -357,6 +357,9 @@ class CudaOps(ComposedOps):
     def host_bound(self) -> ComposedOps:
         return self._host_bound
 
+    def instance_rows(self, max_rows: int) -> list[int]:
+        return cuda_matmul.instance_rows(max_rows) if self.skinny_matmuls else []
+
     def _kernel(self, kind: str, inputs: list[str], outputs: list[str], call: str):
         kernel = self._kernels.get(kind)
         if kernel is None:

@@ -410,6 +410,12 @@ def kernel_for(epilogue: Epilogue, shared_bytes: int):
                        compact_source(LIBRARY), shared_bytes)
 
 
+def instance_rows(max_rows: int) -> list[int]:
+    """One row count for each kernel instance (16-row tiles, ``tiles_for``) of up to ``max_rows`` rows."""
+    tiles = -(-min(max_rows, MAX_ROWS) // 16)
+    return [16 * m for m in range(1, tiles + 1)]
+
+
 def takes(x: mx.array, weight: mx.array) -> bool:
     """Whether ``skinny_matmul`` computes x @ weight.T: a 16-bit weight [N, K]
     of x's dtype, N in whole 8-column tiles, K in whole chunks, 1 to MAX_ROWS rows of x."""

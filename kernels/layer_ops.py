@@ -114,6 +114,11 @@ class ComposedOps:
         """The ops for a step whose host, not its GPU, sets the pace (one the fused cascade serves)."""
         return self
 
+    def instance_rows(self, max_rows: int) -> list[int]:
+        """Row counts (up to ``max_rows``) at which the projections' kernels are instances of their own, each
+        compiled at its first launch: one of each to build them ahead. None for MLX's ops."""
+        return []
+
 
 COMPOSED = ComposedOps()
 

@@ -24,8 +24,8 @@ import pytest
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
-from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, skinny_matmul,
-                                        takes, takes_norm, tiles_for)
+from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, instance_rows,
+                                        skinny_matmul, takes, takes_norm, tiles_for)
 from mlxcel.kernels.layer_ops import COMPOSED
 
 needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
@@ -84,6 +84,16 @@ def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(valu
     ops = cuda_ops(value)
     assert ops.skinny_matmuls is every_step
     assert ops.host_bound().skinny_matmuls is host_bound
+
+
+@pytest.mark.parametrize("max_rows, rows", [(1, [16]), (16, [16]), (17, [16, 32]), (64, [16, 32, 48, 64]),
+                                            (256, [16, 32, 48, 64])])
+def test_instance_rows_name_one_row_count_for_each_kernel_instance(max_rows, rows):
+    # The kernel's instances differ by 16-row tiles (tiles_for): one row count each, up to MAX_ROWS (cuBLAS after).
+    assert instance_rows(max_rows) == rows
+    assert [tiles_for(r, 4096).m_tiles for r in rows] == list(range(1, len(rows) + 1))
+    assert CUDA_SKINNY_OPS.instance_rows(max_rows) == rows and CUDA_OPS.host_bound().instance_rows(max_rows) == rows
+    assert CUDA_OPS.instance_rows(max_rows) == [] and COMPOSED.instance_rows(max_rows) == []
 
 
 def test_takes_a_norm_weight_of_one_value_per_channel_in_xs_dtype():

@@ -224,12 +224,14 @@ def test_quantized_layers_share_their_traces(tiny_model_path, make_engine, monke
     # A quantized layer's weights, scales and biases are the shared trace's inputs (its bits and group size
     # settings the trace holds): traced logits are the plain path's bit for bit.
     import mlx.nn as nn
-    from mlxcel.engine.model import on_pool
+    from mlxcel.engine.model import build_projection_kernels, on_pool
+    from mlxcel.kernels.layer_ops import ComposedOps
     model, tokenizer = mlx_lm.load(str(tiny_model_path))
     nn.quantize(model, group_size=64, bits=4, class_predicate=lambda _, m: isinstance(m, nn.Linear))
     loaded = on_pool(model, tokenizer, "quantized", tiny_model_path, "qwen3")
     assert isinstance(model.layers[0].self_attn.qkv_proj, nn.QuantizedLinear)
     assert len({id(layer.halves.traces) for layer in model.layers}) == 1
+    assert not build_projection_kernels(model, ComposedOps(), [16])     # MLX's quantized matmuls: none to build
     rng = np.random.default_rng()
     system = random_prompt(rng, 48)
     prompts = [system + random_prompt(rng, n) for n in (5, 13)]
@@ -334,6 +336,32 @@ def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_l
     assert FoldingOps.calls.count("norm") >= layers and FoldingOps.calls.count("swiglu") >= layers
     assert FoldingOps.calls.count("add") >= 2 * layers
     assert "add_rms_norm" not in FoldingOps.calls     # the final norm too: the stream came complete
+
+
+def test_an_engine_builds_each_row_counts_projection_kernels_when_it_starts(tiny_loaded, make_engine, monkeypatch):
+    # Ops whose kernels are an instance a row count (CUDA's skinny matmul: per 16 rows) compile them at first
+    # launch, seconds each: the engine runs each of a layer's projections once at every such row count up to
+    # its batch when it starts, before any step.
+    from mlxcel.engine import runner
+    from mlxcel.kernels.layer_ops import ComposedOps
+    asked, products = [], []
+
+    class InstanceOps(ComposedOps):
+        def instance_rows(self, max_rows):
+            asked.append(max_rows)
+            return [16, 32]
+
+        def matmul(self, x, weight, transposed):
+            products.append((x.shape[0], weight.shape))
+            return super().matmul(x, weight, transposed)
+
+    monkeypatch.setattr(runner, "layer_ops", InstanceOps)
+    make_engine(max_running=24)
+    layer = tiny_loaded.model.layers[0]
+    weights = {linear.weight.shape for linear in (*layer.self_attn.linears(), layer.self_attn.o_proj,
+                                                  *layer.mlp.linears())}
+    assert asked == [24] and len(weights) >= 4
+    assert sorted(products) == sorted((rows, shape) for rows in (16, 32) for shape in weights)
 
 
 @pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
