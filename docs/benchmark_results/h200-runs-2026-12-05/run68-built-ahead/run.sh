@@ -11,6 +11,6 @@ export MLX_PTX_CACHE_DIR=/tmp/ptx
 echo "installed at $SECONDS s"; nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 400 python3 docs/benchmark_results/h200-runs-2026-12-05/run68-built-ahead/probe.py $OUT > $OUT/probe.log 2>&1
 echo "probe exit $? at $SECONDS s"; tail -4 $OUT/probe.log | cut -c1-1500
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_matmul.py -k "instance_rows or host_bound" \
-  tests/test_engine.py > $OUT/tests.log 2>&1
+timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_matmul.py tests/test_engine.py \
+  -k "instance_rows or host_bound or builds_each_row or skinny or trace" > $OUT/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -3 $OUT/tests.log | cut -c1-300
