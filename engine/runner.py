@@ -72,13 +72,14 @@ class ModelRunner:
         if self.ranks is not None:
             return
         ops = layer_ops()
-        start, built = time.perf_counter(), []
+        start, built = time.perf_counter(), set()
         for each in dict.fromkeys((ops, ops.host_bound())):
             rows = each.instance_rows(max_rows)
             if build_projection_kernels(self.loaded.model, each, rows):
-                built.append(rows)
+                built.update(rows)
         if built:
-            log.info("built the projection kernels for %s rows in %.1f s", built, time.perf_counter() - start)
+            log.info("built the projection kernels of %s-row steps in %.1f s", "/".join(map(str, sorted(built))),
+                     time.perf_counter() - start)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,
