@@ -72,14 +72,14 @@ class ModelRunner:
         if self.ranks is not None:
             return
         ops = layer_ops()
-        start, built = time.perf_counter(), set()
-        for each in dict.fromkeys((ops, ops.host_bound())):
-            rows = each.instance_rows(max_rows)
-            if build_projection_kernels(self.loaded.model, each, rows):
-                built.update(rows)
-        if built:
-            log.info("built the projection kernels of %s-row steps in %.1f s", "/".join(map(str, sorted(built))),
-                     time.perf_counter() - start)
+        wanted = {each: rows for each in dict.fromkeys((ops, ops.host_bound()))
+                  if (rows := each.instance_rows(max_rows))}
+        if not wanted:
+            return
+        start = time.perf_counter()
+        if any([build_projection_kernels(self.loaded.model, each, rows) for each, rows in wanted.items()]):
+            counts = "/".join(map(str, sorted({count for rows in wanted.values() for count in rows})))
+            log.info("built the projection kernels of %s-row steps in %.1f s", counts, time.perf_counter() - start)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,

@@ -356,12 +356,16 @@ def test_an_engine_builds_each_row_counts_projection_kernels_when_it_starts(tiny
             return super().matmul(x, weight, transposed)
 
     monkeypatch.setattr(runner, "layer_ops", InstanceOps)
-    make_engine(max_running=24)
+    engine = make_engine(max_running=24)
     layer = tiny_loaded.model.layers[0]
     weights = {linear.weight.shape for linear in (*layer.self_attn.linears(), layer.self_attn.o_proj,
                                                   *layer.mlp.linears())}
     assert asked == [24] and len(weights) >= 4
     assert sorted(products) == sorted((rows, shape) for rows in (16, 32) for shape in weights)
+    # Rank 0 of a tensor-parallel group builds none ahead (a shard's projections hold collectives).
+    products.clear()
+    runner.ModelRunner(tiny_loaded, engine.pool, ranks=object()).build_kernels(24)
+    assert products == []
 
 
 @pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
