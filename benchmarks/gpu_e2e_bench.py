@@ -160,8 +160,8 @@ def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
     """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
     template instance on its first launch: seconds at this shape) or tracing its layers. Rows join one a step,
     so a read of fewer tokens than the batch never runs a decode-only step of the whole batch, whose new kernel
-    instances cost it 5-8 s at 32 x 32K on an H100 before the engine built its projections' ahead. The warm-up
-    runs as many tokens as a read."""
+    instances cost it 5-8 s at 32 x 32K on an H100 before an engine built its projection kernels when it
+    started. The warm-up runs as many tokens as a read."""
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:

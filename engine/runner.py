@@ -76,8 +76,10 @@ class ModelRunner:
                   if (rows := each.instance_rows(max_rows))}
         if not wanted:
             return
-        start = time.perf_counter()
-        if any([build_projection_kernels(self.loaded.model, each, rows) for each, rows in wanted.items()]):
+        start, built = time.perf_counter(), False
+        for each, rows in wanted.items():
+            built = build_projection_kernels(self.loaded.model, each, rows) or built
+        if built:
             counts = "/".join(map(str, sorted({count for rows in wanted.values() for count in rows})))
             log.info("built the projection kernels of %s-row steps in %.1f s", counts, time.perf_counter() - start)
 

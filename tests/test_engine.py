@@ -169,28 +169,38 @@ def test_cascade_on_and_off_give_the_same_tokens(tiny_loaded, make_engine):
         "mlxcel_paged_decode_launches_total", {"path": "cascade"})
 
 
+def assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, prefix: int, suffixes: tuple[int, ...],
+                                            max_tokens: int, **engine) -> None:
+    """Greedy rows behind a shared random prefix, cascade on, the layers untraced then traced
+    (MLXCEL_TRACED_LAYERS off, on): the same tokens, which vary, and every step's logits bit for bit."""
+    rng = np.random.default_rng()
+    system = random_prompt(rng, prefix)
+    prompts = [system + random_prompt(rng, n) for n in suffixes]
+    runs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
+        runs[mode] = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2, **engine), prompts,
+                                          max_tokens)
+    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
+    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
+    for row, plain_row in zip(logits, plain_logits):
+        assert len(row) == len(plain_row) == max_tokens
+        for step, plain_step in zip(row, plain_row):
+            np.testing.assert_array_equal(step, plain_step)
+
+
 def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engine, monkeypatch):
     # mx.compile replays the same ops and its fused elementwise kernels keep each op's dtype, so every
     # step's logits (rows of different lengths crossing pages on different steps, cascade on) are the
     # plain path's bit for bit.
+    import os
     from mlxcel.engine.layer_halves import LayerHalves
     traced = []
     real = LayerHalves.traced
-    monkeypatch.setattr(LayerHalves, "traced", lambda self, ops: traced.append(ops) or real(self, ops))
-    rng = np.random.default_rng()
-    system = random_prompt(rng, 80)
-    prompts = [system + random_prompt(rng, n) for n in (3, 9, 17, 30)]
-    runs = {}
-    for mode in ("off", "on"):
-        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
-        runs[mode] = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2, block_size=16), prompts, 20)
-        assert bool(traced) == (mode == "on")
-    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
-    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
-    for row, plain_row in zip(logits, plain_logits):
-        assert len(row) == len(plain_row) == 20
-        for step, plain_step in zip(row, plain_row):
-            np.testing.assert_array_equal(step, plain_step)
+    monkeypatch.setattr(LayerHalves, "traced",
+                        lambda self, ops: traced.append(os.environ["MLXCEL_TRACED_LAYERS"]) or real(self, ops))
+    assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 80, (3, 9, 17, 30), 20, block_size=16)
+    assert set(traced) == {"on"}      # the traced halves ran, and only in the traced run
 
 
 def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(tiny_model_path, llama_loaded,
@@ -205,19 +215,8 @@ def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(ti
     loaded = on_pool(model, tokenizer, "unlike", tiny_model_path, "qwen3")
     traces = [layer.halves.traces for layer in model.layers]
     assert traces[1] is not traces[0] and all(t is traces[0] for i, t in enumerate(traces) if i != 1)
-    rng = np.random.default_rng()
-    system = random_prompt(rng, 48)
-    prompts = [system + random_prompt(rng, n) for n in (3, 11, 20)]
-    runs = {}
-    for mode in ("off", "on"):
-        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
-        runs[mode] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2), prompts, 12)
+    assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 48, (3, 11, 20), 12, loaded=loaded)
     assert len(traces[0]) and len(traces[1])
-    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
-    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
-    for row, plain_row in zip(logits, plain_logits):
-        for step, plain_step in zip(row, plain_row):
-            np.testing.assert_array_equal(step, plain_step)
 
 
 def test_quantized_layers_share_their_traces(tiny_model_path, make_engine, monkeypatch):
@@ -232,19 +231,8 @@ def test_quantized_layers_share_their_traces(tiny_model_path, make_engine, monke
     assert isinstance(model.layers[0].self_attn.qkv_proj, nn.QuantizedLinear)
     assert len({id(layer.halves.traces) for layer in model.layers}) == 1
     assert not build_projection_kernels(model, ComposedOps(), [16])     # MLX's quantized matmuls: none to build
-    rng = np.random.default_rng()
-    system = random_prompt(rng, 48)
-    prompts = [system + random_prompt(rng, n) for n in (5, 13)]
-    runs = {}
-    for mode in ("off", "on"):
-        monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
-        runs[mode] = engine_greedy_logits(make_engine(loaded=loaded, enabled=True, min_shared_pages=2), prompts, 10)
+    assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 48, (5, 13), 10, loaded=loaded)
     assert len(model.layers[0].halves.traces)
-    (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
-    assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
-    for row, plain_row in zip(logits, plain_logits):
-        for step, plain_step in zip(row, plain_row):
-            np.testing.assert_array_equal(step, plain_step)
 
 
 def cascade_runs(tiny_model_path, make_engine, monkeypatch, env: str, values: tuple[str, ...]):
