@@ -34,7 +34,7 @@ from mlxcel import kernels
 from mlxcel.kernels import AttentionShape
 from mlxcel.kernels import portable
 from mlxcel.kernels.csr import HostCsr, PagedCsrView, PageStructure, upload
-from mlxcel.kernels.kv_quant import Pages, read_pages
+from mlxcel.kernels.kv_quant import PageGather, Pages, read_pages
 from mlxcel.kernels.portable import page_tiles
 
 from .cascade import CascadePlan, SharedSpan
@@ -301,8 +301,9 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     tiles = page_tiles(csr, chunk_pages=int(host.num_pages().max()))   # one tile per row
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
     slots = tiles.width * block_size
-    keys = read_pages(k_pool, tiles.pages, q.dtype).reshape(rows, num_kv_heads, slots, d)
-    values = read_pages(v_pool, tiles.pages, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    at = PageGather.of(tiles.pages, block_size, num_kv_heads)
+    keys = read_pages(k_pool, at, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    values = read_pages(v_pool, at, q.dtype).reshape(rows, num_kv_heads, slots, d)
 
     newest = tiles.full_slots - (block_size - csr.last_page_len) - 1           # slot of each row's last token
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit

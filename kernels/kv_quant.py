@@ -121,9 +121,9 @@ class QuantizedPages(NamedTuple):
         if zeros is not None:
             self.zeros[blocks, offsets] = zeros
 
-    def gather(self, pages: mx.array) -> "QuantizedPages":
-        """Every part at block ids ``pages`` [S, 1, P], in ``gather_heads``' layout."""
-        return QuantizedPages(*(None if part is None else gather_heads(part, pages) for part in self))
+    def gather(self, at: "PageGather") -> "QuantizedPages":
+        """Every part at ``at``'s pages, in ``gather_heads``' layout."""
+        return QuantizedPages(*(None if part is None else gather_heads(part, at) for part in self))
 
 
 # A layer's keys (or values) as the kernels take them.
@@ -177,34 +177,51 @@ def head_index(heads: int) -> mx.array:
     return index
 
 
-def gather_heads(part: mx.array, pages: mx.array) -> mx.array:
-    """One pool array [blocks, block_size, Hkv, W] at block ids ``pages``
-    [S, 1, P] as [S, Hkv, P, block_size, W]: each head's tokens contiguous.
-    Rows of a few elements (scales) are gathered a page at a time and then
-    transposed: MLX's gather pays per slice, and a slice per token and head of
-    one scale cost as much as the codes' (measured 4x slower on the CPU)."""
-    if part.shape[-1] >= 16:
-        return part[pages, :, head_index(part.shape[2]), :]
+class PageGather(NamedTuple):
+    """Where a read of the pool gathers: block ids ``pages`` [S, 1, P] and, for
+    pool parts of [blocks, block_size, Hkv, W], the row of each page's token
+    and head in the part seen as [blocks * block_size * Hkv, W] (``rows``
+    [S, Hkv, P, block_size]): one take of those rows is ``gather_heads``'
+    layout. Made once for a layout, read by every layer's gathers."""
+
+    pages: mx.array
+    rows: mx.array
+
+    @classmethod
+    def of(cls, pages: mx.array, block_size: int, kv_heads: int) -> "PageGather":
+        tokens = pages[..., None] * block_size + mx.arange(block_size, dtype=mx.int32)   # [S, 1, P, block_size]
+        return cls(pages, tokens * kv_heads + head_index(kv_heads)[..., None])
+
+
+def gather_heads(part: mx.array, at: PageGather) -> mx.array:
+    """One pool array [blocks, block_size, Hkv, W] at ``at``'s pages as
+    [S, Hkv, P, block_size, W]: each head's tokens contiguous. A take of rows
+    is three graph nodes where NumPy-style indexing builds twelve. Rows of a
+    few elements (scales) are gathered a page at a time and then transposed:
+    MLX's gather pays per slice, and a slice per token and head of one scale
+    cost as much as the codes' (measured 4x slower on the CPU)."""
     blocks, block_size, hkv, width = part.shape
-    by_page = part.reshape(blocks, -1)[pages[:, 0]]                     # [S, P, block_size * Hkv * W]
+    if width >= 16:
+        return mx.take(part.reshape(-1, width), at.rows, axis=0)
+    by_page = part.reshape(blocks, -1)[at.pages[:, 0]]                  # [S, P, block_size * Hkv * W]
     by_page = by_page.reshape(*by_page.shape[:2], block_size, hkv, width)
     return by_page.transpose(0, 3, 1, 2, 4)
 
 
-def read_scaled(pool: Pages, pages: mx.array) -> tuple[mx.array, mx.array | None]:
-    """The pool at ``pages`` (gather_heads' layout) in float32 as (x, per-token
+def read_scaled(pool: Pages, at: PageGather) -> tuple[mx.array, mx.array | None]:
+    """The pool at ``at`` (gather_heads' layout) in float32 as (x, per-token
     scale or None): int8 pages give their codes and each token's scale [..., 1]
     for the caller to apply to what it computes from them (scores, softmax
     weights: a factor over the tokens instead of over every channel); other
     pages give their values."""
     if isinstance(pool, QuantizedPages) and not pool.format.affine:
-        return gather_heads(pool.codes, pages).astype(mx.float32), gather_heads(pool.scales, pages).astype(mx.float32)
-    return read_pages(pool, pages, mx.float32), None
+        return gather_heads(pool.codes, at).astype(mx.float32), gather_heads(pool.scales, at).astype(mx.float32)
+    return read_pages(pool, at, mx.float32), None
 
 
-def read_pages(pool: Pages, pages: mx.array, dtype: mx.Dtype) -> mx.array:
-    """The pool at ``pages`` (gather_heads' layout) as ``dtype``: a float pool's
+def read_pages(pool: Pages, at: PageGather, dtype: mx.Dtype) -> mx.array:
+    """The pool at ``at`` (gather_heads' layout) as ``dtype``: a float pool's
     elements, a quantized pool's codes dequantized (in float32)."""
     if isinstance(pool, QuantizedPages):
-        return dequantize(pool.gather(pages), dtype)
-    return gather_heads(pool, pages).astype(dtype)
+        return dequantize(pool.gather(at), dtype)
+    return gather_heads(pool, at).astype(dtype)

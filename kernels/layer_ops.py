@@ -125,11 +125,17 @@ COMPOSED = ComposedOps()
 
 def layer_ops() -> ComposedOps:
     """The layer ops for this step: the CUDA kernels where the attention
-    kernels are the fused CUDA ones (``MLXCEL_LAYER_OPS=composed`` opts out),
-    else MLX's ops. The runner asks once a step."""
+    kernels are the fused CUDA ones, MLX's ops in fewer graph nodes on the CPU
+    (``cpu_layer_ops``), else MLX's ops (``MLXCEL_LAYER_OPS=composed`` opts
+    out of either). The runner asks once a step."""
     from . import backend_name  # the package's backend choice (MLXCEL_KERNELS) governs these too
 
-    if backend_name() != "cuda" or os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
+    if os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
+        return COMPOSED
+    if mx.default_device().type == mx.DeviceType.cpu:
+        from .cpu_layer_ops import CPU_OPS
+        return CPU_OPS
+    if backend_name() != "cuda":
         return COMPOSED
     from .cuda_layer_ops import cuda_ops
     return cuda_ops(os.environ.get(MATMUL_ENV, "").strip().lower())
@@ -164,6 +170,17 @@ class HeadSplit:
         q_width, kv_width = n_heads * head_dim, n_kv_heads * head_dim
         self.splits = [q_width, q_width + kv_width]
         self.frequencies = rope_frequencies(rope) if getattr(rope, "dims", None) == head_dim else None
+        # Ropes of one key rotate alike (their tables can be shared).
+        self.rope_key = None if self.frequencies is None else (
+            type(rope).__name__, np.asarray(self.frequencies[0]).tobytes(), *self.frequencies[1:])
+
+    def norms_agree(self) -> bool:
+        """Whether q's and k's heads are normalized alike but for their weights (or not at all): MLX's
+        RMSNorm, one eps, a weight of head_dim each."""
+        if self.q_norm is None:
+            return self.k_norm is None
+        return (type(self.q_norm) is type(self.k_norm) is nn.RMSNorm and self.q_norm.eps == self.k_norm.eps
+                and self.q_norm.weight.shape == self.k_norm.weight.shape == (self.head_dim,))
 
     def rotate(self, q: mx.array, k: mx.array, v: mx.array,
                positions: mx.array) -> tuple[mx.array, mx.array, mx.array]:

@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from .csr import HostCsr, PagedCsrView
-from .kv_quant import Pages, read_scaled
+from .kv_quant import PageGather, Pages, read_scaled
 from .shape import AttentionShape, check_inputs
 
 LOG2E = 1.0 / math.log(2.0)
@@ -150,9 +150,9 @@ def tile_mask(tiles: PageTiles, last_page_len: mx.array, block_size: int) -> mx.
     return valid[:, None, :, None]
 
 
-def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, mask: mx.array,
+def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, at: PageGather, mask: mx.array,
                 scale: float) -> tuple[mx.array, mx.array]:
-    """Softmax state of every tile (``mask``: tile_mask's): o [S, Hq, D]
+    """Softmax state of every tile (``at``: the tiles' pages, ``mask``: tile_mask's): o [S, Hq, D]
     float32 normalized, lse [S, Hq] log2."""
     _, hq, d = q.shape
     block_size, hkv = k_pool.shape[1], k_pool.shape[2]
@@ -166,8 +166,8 @@ def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, mas
     # tokens land contiguous, so the matmuls need no transposed copy.
     # A quantized pool's codes are gathered and dequantized here, in float32;
     # int8's token scales multiply the scores and the softmax weights instead.
-    keys, key_scales = read_scaled(k_pool, tiles.pages)
-    values, value_scales = read_scaled(v_pool, tiles.pages)
+    keys, key_scales = read_scaled(k_pool, at)
+    values, value_scales = read_scaled(v_pool, at)
     keys, values = keys.reshape(count, hkv, slots, d), values.reshape(count, hkv, slots, d)
 
     # Scores transposed, [S, Hkv, slots, G]: keys @ q^T is the faster matmul
@@ -259,6 +259,7 @@ class PartialLaunch:
     merge: MergeLayout | None   # None: one tile per row
     shape: AttentionShape
     rows: int
+    at: PageGather              # the tiles' pages, for every layer's gathers
     _mask: list = field(default_factory=lambda: [None, None], compare=False, repr=False)  # [last_page_len, mask]
 
     def __call__(self, q: mx.array, k_pool: mx.array, v_pool: mx.array,
@@ -267,14 +268,15 @@ class PartialLaunch:
             return no_states(self.rows, q)
         if self._mask[0] is not last_page_len:
             self._mask[:] = last_page_len, tile_mask(self.tiles, last_page_len, self.shape.block_size)
-        o, lse = tile_states(q, k_pool, v_pool, self.tiles, self._mask[1], self.shape.scale)
+        o, lse = tile_states(q, k_pool, v_pool, self.tiles, self.at, self._mask[1], self.shape.scale)
         return (o, lse) if self.merge is None else merge_with(o, lse, self.merge)
 
 
 def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int | None = None) -> PartialLaunch:
     tiles = page_tiles(csr, chunk_pages)
     merge = None if tiles.one_per_row or tiles.num_tiles == 0 else merge_layout(tiles.row_indptr)
-    return PartialLaunch(tiles, merge, shape, csr.num_rows)
+    return PartialLaunch(tiles, merge, shape, csr.num_rows, PageGather.of(tiles.pages, shape.block_size,
+                                                                          shape.kv_heads))
 
 
 def paged_attention_partial(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView,

@@ -1,0 +1,86 @@
+"""CPU spelling of the layer ops (``layer_ops``): MLX's ops, fewer of them.
+
+On the CPU ``mx.fast.rms_norm`` and ``mx.fast.rope`` are not kernels: MLX
+builds them from its ops at every call (a norm ~11 graph nodes, a rope ~25),
+and the host builds every node of a step's graph one by one. ``split_heads``
+spells the q/k heads' work with fewer:
+
+- one norm over q's and k's heads side by side, each head scaled by its own
+  norm's weight (Qwen3's two per-head norms are one);
+- the rope as ``x * cos + rotate_half(x) * sin``, its tables made once a step
+  for every layer (``RotaryTables``) by MLX's own rope (of a unit vector, whose
+  rotation is the table itself), the sin table signed for the rotated half.
+
+Each output is the composed ops' bit for bit (the same ops on the same values:
+a product with 0 or 1 is exact, and so are the sum's order and the negated sin).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .layer_ops import ComposedOps, HeadSplit, PoolSlots
+
+
+class RotaryTables:
+    """One step's rope tables for the rows' positions: cos and the signed sin
+    [T, heads, D] (broadcast over the heads: a multiply by them adds no node),
+    made the first time a layer asks for them."""
+
+    def __init__(self, rope, positions: mx.array, heads: int, head_dim: int, dtype: mx.Dtype) -> None:
+        half = head_dim // 2
+        unit = mx.concatenate([mx.ones((1, 1, 1, half), dtype), mx.zeros((1, 1, 1, half), dtype)], axis=-1)
+        rows = positions.shape[0]
+        # MLX's rope of (1, 0) pairs is (cos, sin) as its own rope computes and rounds them.
+        table = rope(mx.broadcast_to(unit, (rows, 1, 1, head_dim)), offset=positions).reshape(rows, 1, head_dim)
+        cos, sin = table[..., :half], table[..., half:]
+        shape = (rows, heads, head_dim)
+        self.cos = mx.broadcast_to(mx.concatenate([cos, cos], axis=-1), shape)
+        self.signed_sin = mx.broadcast_to(mx.concatenate([-sin, sin], axis=-1), shape)
+
+    def rotate(self, x: mx.array) -> mx.array:
+        """x [T, heads, D] roped (the half-split pairs: i with i + D/2)."""
+        half = x.shape[-1] // 2
+        return x * self.cos + mx.concatenate([x[..., half:], x[..., :half]], axis=-1) * self.signed_sin
+
+
+def rms_norm_heads(x: mx.array, weight: mx.array, eps: float) -> mx.array:
+    """mx.fast.rms_norm's composed ops over x [T, H, D] with a weight per head [H, D] of x's dtype."""
+    normed = x.astype(mx.float32)
+    normed = normed * mx.rsqrt(mx.mean(mx.square(normed), axis=-1, keepdims=True) + eps)
+    return normed.astype(x.dtype) * weight
+
+
+class CpuOps(ComposedOps):
+    """MLX's ops where ``mx.fast`` falls back to them: ``split_heads`` in fewer graph nodes. The rope tables
+    of one step's positions are kept until the next step's (the layers read the same positions array)."""
+
+    def __init__(self) -> None:
+        self._tables: tuple[object, mx.array, RotaryTables] | None = None   # (rope key, positions, tables)
+
+    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
+                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        if (heads.frequencies is None or heads.frequencies[2] or not heads.norms_agree()
+                or (heads.q_norm is not None and heads.q_norm.weight.dtype != qkv.dtype)):
+            return super().split_heads(heads, qkv, positions, slots)
+        hq, qk_heads = heads.n_heads, heads.n_heads + heads.n_kv_heads
+        split = qkv.reshape(qkv.shape[0], qk_heads + heads.n_kv_heads, heads.head_dim)
+        qk, v = split[:, :qk_heads], split[:, qk_heads:]
+        if heads.q_norm is not None:
+            weight = mx.concatenate([mx.broadcast_to(heads.q_norm.weight, (hq, heads.head_dim)),
+                                     mx.broadcast_to(heads.k_norm.weight, (qk_heads - hq, heads.head_dim))])
+            qk = rms_norm_heads(qk, weight, heads.q_norm.eps)
+        qk = self.tables(heads, positions, qk_heads, qk.dtype).rotate(qk)
+        return qk[:, :hq], qk[:, hq:], v
+
+    def tables(self, heads: HeadSplit, positions: mx.array, count: int, dtype: mx.Dtype) -> RotaryTables:
+        key = (heads.rope_key, count, dtype)
+        kept = self._tables
+        if kept is not None and kept[0] == key and kept[1] is positions:
+            return kept[2]
+        tables = RotaryTables(heads.rope, positions, count, heads.head_dim, dtype)
+        self._tables = (key, positions, tables)
+        return tables
+
+
+CPU_OPS = CpuOps()
