@@ -164,7 +164,8 @@ class ModelRunner:
             last = [rows + inputs.prefill_rows - 1] if inputs.finishes_prefill else []
             sample_rows = mx.array(list(range(rows)) + last, dtype=mx.int32)
         every = self.ranks is not None and sample_rows is not None
-        hidden = final_hidden(self.loaded.model, mx.concatenate(tokens)[:, None], ctx, None if every else sample_rows)
+        tokens = tokens[0] if len(tokens) == 1 else mx.concatenate(tokens)
+        hidden = final_hidden(self.loaded.model, tokens[:, None], ctx, None if every else sample_rows)
         last = hidden
         if every:
             hidden = hidden[sample_rows]

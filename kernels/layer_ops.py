@@ -39,6 +39,7 @@ MLX's own ops, which define what the kernels compute.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.activations import swiglu
 
+from . import backend_name
 from .kv_quant import Pages
 
 LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
@@ -128,17 +130,23 @@ def layer_ops() -> ComposedOps:
     kernels are the fused CUDA ones, MLX's ops in fewer graph nodes on the CPU
     (``cpu_layer_ops``), else MLX's ops (``MLXCEL_LAYER_OPS=composed`` opts
     out of either). The runner asks once a step."""
-    from . import backend_name  # the package's backend choice (MLXCEL_KERNELS) governs these too
+    composed = os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed"
+    cpu = mx.default_device().type == mx.DeviceType.cpu
+    # The package's backend choice (MLXCEL_KERNELS) governs these too.
+    return chosen_ops(composed, cpu, not cpu and backend_name() == "cuda",
+                      os.environ.get(MATMUL_ENV, "").strip().lower())
 
-    if os.environ.get(LAYER_OPS_ENV, "").strip().lower() == "composed":
+
+@functools.cache
+def chosen_ops(composed: bool, cpu: bool, cuda: bool, matmul: str) -> ComposedOps:
+    # Imported here, once: those modules build on this one (a step's call makes no import).
+    if composed or not (cpu or cuda):
         return COMPOSED
-    if mx.default_device().type == mx.DeviceType.cpu:
+    if cpu:
         from .cpu_layer_ops import CPU_OPS
         return CPU_OPS
-    if backend_name() != "cuda":
-        return COMPOSED
     from .cuda_layer_ops import cuda_ops
-    return cuda_ops(os.environ.get(MATMUL_ENV, "").strip().lower())
+    return cuda_ops(matmul)
 
 
 def rope_frequencies(rope: nn.Module) -> tuple[mx.array, float, bool] | None:
