@@ -181,7 +181,7 @@ class PageGather(NamedTuple):
     """Where a read of the pool gathers: block ids ``pages`` [S, 1, P] and, for
     pool parts of [blocks, block_size, Hkv, W], the row of each page's token
     and head in the part seen as [blocks * block_size * Hkv, W] (``rows``
-    [S, Hkv, P, block_size]): one take of those rows is ``gather_heads``'
+    [S, Hkv, P * block_size]): one take of those rows is ``gather_heads``'
     layout. Made once for a layout, read by every layer's gathers."""
 
     pages: mx.array
@@ -190,13 +190,14 @@ class PageGather(NamedTuple):
     @classmethod
     def of(cls, pages: mx.array, block_size: int, kv_heads: int) -> "PageGather":
         tokens = pages[..., None] * block_size + mx.arange(block_size, dtype=mx.int32)   # [S, 1, P, block_size]
-        return cls(pages, tokens * kv_heads + head_index(kv_heads)[..., None])
+        rows = tokens * kv_heads + head_index(kv_heads)[..., None]
+        return cls(pages, rows.reshape(pages.shape[0], kv_heads, -1))
 
 
 def gather_heads(part: mx.array, at: PageGather) -> mx.array:
     """One pool array [blocks, block_size, Hkv, W] at ``at``'s pages as
-    [S, Hkv, P, block_size, W]: each head's tokens contiguous. A take of rows
-    is three graph nodes where NumPy-style indexing builds twelve. Rows of a
+    [S, Hkv, P * block_size, W]: each head's tokens contiguous. A take of rows
+    is two graph nodes where NumPy-style indexing builds twelve. Rows of a
     few elements (scales) are gathered a page at a time and then transposed:
     MLX's gather pays per slice, and a slice per token and head of one scale
     cost as much as the codes' (measured 4x slower on the CPU)."""
@@ -205,7 +206,7 @@ def gather_heads(part: mx.array, at: PageGather) -> mx.array:
         return mx.take(part.reshape(-1, width), at.rows, axis=0)
     by_page = part.reshape(blocks, -1)[at.pages[:, 0]]                  # [S, P, block_size * Hkv * W]
     by_page = by_page.reshape(*by_page.shape[:2], block_size, hkv, width)
-    return by_page.transpose(0, 3, 1, 2, 4)
+    return by_page.transpose(0, 3, 1, 2, 4).reshape(by_page.shape[0], hkv, -1, width)
 
 
 def read_scaled(pool: Pages, at: PageGather) -> tuple[mx.array, mx.array | None]:

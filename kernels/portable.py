@@ -144,7 +144,10 @@ def page_tiles(csr: PagedCsrView, chunk_pages: int | None = None) -> PageTiles:
 def tile_mask(tiles: PageTiles, last_page_len: mx.array, block_size: int) -> mx.array:
     """[S, 1, slots, 1]: which slots of each tile hold one of its row's tokens
     this step (the same in every layer)."""
-    end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
+    if tiles.one_per_row:   # tile s is row s, holding its last page
+        end = tiles.full_slots - block_size + last_page_len
+    else:
+        end = tiles.full_slots - tiles.holds_last * (block_size - last_page_len[tiles.tile_row])
     slot = mx.arange(tiles.width * block_size, dtype=mx.int32)
     valid = (slot >= tiles.first_slot[:, None]) & (slot < end[:, None])
     return valid[:, None, :, None]
