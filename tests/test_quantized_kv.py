@@ -21,7 +21,7 @@ from mlxcel.engine.pool import BlockPool, PoolGeometry
 from mlxcel.engine.random_model import TINY_QWEN3, generate_random_model
 from mlxcel.engine.sampler import Sampled
 from mlxcel.engine.sequence import SamplingParams
-from mlxcel.kernels.kv_quant import FORMATS, INT4, INT8, QuantizedPages, dequantize, quantize
+from mlxcel.kernels.kv_quant import FORMATS, INT4, INT8, PageGather, QuantizedPages, dequantize, gather_heads, quantize
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_prefill
 from paged_cases import kernel_atol, make_case, mixed_batch, random_query, rng  # noqa: F401  (rng: a fixture)
 
@@ -91,6 +91,19 @@ def test_pool_write_quantizes_into_its_slots_only(rng, kv_dtype):
         untouched[[4, 1, 4], [0, 7, 3]] = False
         np.testing.assert_array_equal(got[untouched], old[untouched])
     assert not as_float64(pool.keys[0]).any(), "another layer was written"
+
+
+@pytest.mark.parametrize("width", [1, 2, 32, 64])
+def test_a_page_gather_lays_each_heads_tokens_out_in_page_order(rng, width):
+    # Wide parts (values, codes) go through one take of token rows, narrow ones (scales) a page at a time: both
+    # give NumPy's [S, Hkv, P * block_size, W] of the pages, repeats and a padded tile's repeated first page too.
+    blocks, block_size, hkv = 40, 4, 3
+    part = rng.normal(size=(blocks, block_size, hkv, width)).astype(np.float32)
+    pages = rng.integers(0, blocks, size=(5, 1, 6)).astype(np.int32)
+    pages[4, 0, 3:] = pages[4, 0, 0]
+    got = gather_heads(mx.array(part), PageGather.of(mx.array(pages), block_size, hkv))
+    want = part[pages[:, 0]].transpose(0, 3, 1, 2, 4).reshape(5, hkv, 6 * block_size, width)
+    np.testing.assert_array_equal(np.array(got), want)
 
 
 def test_page_bytes_count_codes_and_scales():
