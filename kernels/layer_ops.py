@@ -34,7 +34,8 @@ chunk's gather reads the pool without q). A later step's kernels run after
 this step's on the stream.
 
 Elsewhere (the CPU, Metal, a rope the kernel does not spell) both run as
-MLX's own ops, which define what the kernels compute.
+MLX's own ops, which define what the kernels compute; on the CPU the head
+split spells them in fewer graph nodes, bit for bit (``cpu_layer_ops``).
 """
 
 from __future__ import annotations
