@@ -326,6 +326,31 @@ def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_l
     assert "add_rms_norm" not in FoldingOps.calls     # the final norm too: the stream came complete
 
 
+def test_cpu_weights_are_stored_transposed_and_keep_every_product(tiny_loaded):
+    # On the CPU each product's weight is stored as its row-major transpose (BLAS packs that faster), the
+    # weight a view of it: the projections, the tied head and the embedding lookups read the same numbers.
+    # float32 products against float64: ~K * 2^-24 relative at most, 1e-4 of the output's scale holds it.
+    from mlxcel.engine.model import Linear, head_logits
+
+    assert mx.default_device().type == mx.DeviceType.cpu
+    model = tiny_loaded.model
+    linear = model.model.layers[1].mlp.down_proj
+    assert isinstance(linear, Linear)
+    assert np.asarray(linear.transposed()).flags.c_contiguous and np.asarray(linear.weight).flags.f_contiguous
+    table = model.model.embed_tokens.weight
+    assert model.args.tie_word_embeddings and np.asarray(table).flags.f_contiguous
+    rng = np.random.default_rng()
+    x = rng.normal(size=(5, 1, linear.weight.shape[1])).astype(np.float32)
+    want = x.astype(np.float64) @ np.asarray(linear.weight, np.float64).T
+    np.testing.assert_allclose(np.asarray(linear(mx.array(x))), want, rtol=0, atol=1e-4 * np.abs(want).max())
+    hidden = rng.normal(size=(3, table.shape[1])).astype(np.float32)
+    want = hidden.astype(np.float64) @ np.asarray(table, np.float64).T
+    got = np.asarray(head_logits(model, mx.array(hidden)))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    tokens = mx.array([[0], [7], [tiny_loaded.vocab_size - 1]])
+    np.testing.assert_array_equal(np.asarray(model.model.embed_tokens(tokens))[:, 0], np.asarray(table)[[0, 7, -1]])
+
+
 def test_an_engine_builds_each_row_counts_projection_kernels_when_it_starts(tiny_loaded, make_engine, monkeypatch):
     # Ops whose kernels are an instance a row count (CUDA's skinny matmul: per 16 rows) compile them at first
     # launch, seconds each: the engine runs each of a layer's projections once at every such row count up to
