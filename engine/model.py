@@ -195,7 +195,6 @@ def transposed_rows(weight: mx.array) -> tuple[mx.array, mx.array]:
     transposed = weight.T
     if on_cpu():
         transposed = mx.contiguous(transposed)
-        mx.eval(transposed)
         weight = transposed.T
     mx.eval(weight, transposed)
     return weight, transposed
