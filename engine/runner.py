@@ -20,8 +20,8 @@ from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
-from .layer_halves import TracedLayers, traced_layers_wanted
-from .model import LoadedModel, StepContext, build_projection_kernels, final_hidden, head_logits
+from .layer_halves import FUSED_VARIANT_ROWS, TracedLayers, build_halves, traced_layers_wanted
+from .model import LoadedModel, StepContext, build_projection_kernels, final_hidden, head_logits, on_cpu
 from .pool import BlockPool
 from .sampler import Sampled, Sampler
 from .scheduler import ScheduledStep
@@ -29,6 +29,9 @@ from .step_inputs import StepInputs
 from .tensor_parallel import Ranks
 
 log = logging.getLogger(__name__)
+
+# Builds shorter than this found their kernels compiled already: not worth a log line.
+BUILD_LOG_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,28 +63,33 @@ class ModelRunner:
         self.sampler = Sampler()
         self.csr_builder = CsrBuilder(pool.block_size)
         self.planner = DecodePlanner()
-        self.traced_layers = traced_layers_wanted()
+        # A rank's traced halves on the CPU could not be built ahead (layer_halves): untraced unless asked.
+        self.traced_layers = traced_layers_wanted(TracedLayers.OFF if ranks is not None and on_cpu()
+                                                  else TracedLayers.WHOLE)
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
                                     pool.geometry.page_dtype, pool.block_size, loaded.scale)
 
     def build_kernels(self, max_rows: int) -> None:
-        """Compile now the projection kernels a decode step of up to ``max_rows`` rows compiles at its first
-        launch: on CUDA the skinny matmul is an instance per 16 rows, seconds each to compile, and the first
-        step of a new size stalled every stream that long (once per process: MLX keeps no disk cache of
-        custom kernels). A tensor-parallel model's projections hold collectives: not built ahead."""
+        """Compile now the kernels that a decode step of up to ``max_rows`` rows would compile at its first
+        launch, stalling every stream that long: on CUDA the skinny matmul's, an instance per 16 rows, seconds
+        each (once per process: MLX keeps no disk cache of custom kernels); on the CPU the traced halves' fused
+        kernels (``layer_halves``; once per machine). A tensor-parallel model's layers hold collectives: not
+        built ahead."""
         if self.ranks is not None:
             return
+        start, built = time.perf_counter(), []
         ops = layer_ops()
         wanted = {each: rows for each in dict.fromkeys((ops, ops.host_bound()))
                   if (rows := each.instance_rows(max_rows))}
-        if not wanted:
-            return
-        start, built = time.perf_counter(), False
         for each, rows in wanted.items():
-            built = build_projection_kernels(self.loaded.model, each, rows) or built
-        if built:
-            counts = "/".join(map(str, sorted({count for rows in wanted.values() for count in rows})))
-            log.info("built the projection kernels of %s-row steps in %.1f s", counts, time.perf_counter() - start)
+            if build_projection_kernels(self.loaded.model, each, rows):
+                built.append("the projection kernels of " + "/".join(map(str, rows)) + "-row steps")
+        if on_cpu() and self.traced_layers != TracedLayers.OFF:
+            build_halves(self.loaded.model.model.layers, ops, self.loaded.dtype, FUSED_VARIANT_ROWS)
+            built.append("the traced layers' kernels")
+        seconds = time.perf_counter() - start
+        if built and seconds >= BUILD_LOG_SECONDS:
+            log.info("built %s in %.1f s", " and ".join(built), seconds)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,
@@ -101,17 +109,28 @@ class ModelRunner:
             sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
                        else Sampled(mx.zeros((0,), mx.int32)))
             built = time.perf_counter()
-            # The pool arrays are outputs of every step: evaluating them with the
-            # tokens keeps each layer's write in place and the graph from growing.
-            mx.async_eval(*sampled.arrays, *([last] if self.ranks is not None else []), self.pool.keys,
-                          self.pool.values)
+            self.enqueue(*sampled.arrays, *([last] if self.ranks is not None else []))
         return Launched(sampled, outcomes, built)
 
     def follow(self, inputs: StepInputs) -> None:
         """A rank other than 0: the same step from rank 0's inputs, its decode
         tokens from rank 0 inside the graph; nothing sampled."""
         _, last, _ = self.forward(inputs, None)
-        mx.async_eval(last, self.pool.keys, self.pool.values)   # the caller watches: it may block
+        self.enqueue(last)   # the caller watches: it may block
+
+    def enqueue(self, *outputs: mx.array) -> None:
+        """``mx.async_eval`` of a step's outputs and the pool's arrays: outputs of
+        every step, so each layer's write stays in place and the graph does not
+        grow. On the CPU the pool goes first, in an eval of its own: an eval's
+        last task holds every output's buffer until it runs, and the next step's
+        first K/V stores (scatters, in place only into a buffer nothing else
+        holds), dispatched while it waits, each copied a layer's pool. A GPU's
+        decode steps store K/V in their kernels: one eval."""
+        if on_cpu():
+            mx.async_eval(self.pool.keys, self.pool.values)
+            mx.async_eval(*outputs)
+        else:
+            mx.async_eval(*outputs, self.pool.keys, self.pool.values)
 
     def forward(self, inputs: StepInputs,
                 last_tokens: mx.array | None) -> tuple[mx.array, mx.array, tuple[DecodeOutcome, ...]]:
