@@ -29,17 +29,11 @@ weights passed as the trace's inputs: making a trace costs the host ~0.5 ms
 at 8B, and with a trace a layer every step that met a new attention
 signature (each change of batch size) paid it 36 times, ~20 ms more a step.
 
-Traced by default (``MLXCEL_TRACED_LAYERS=off`` opts out, ``halves`` keeps
-the attention out of the traces), in decode-only steps: their row count is
-bounded by the batch, where a prefill chunk's length would leave a trace per
-length. On the CPU, where the layer ops cannot store K/V themselves, the
-halves are traced (the whole layer needs its attention traceable and the
-store in the trace). There MLX compiles each fused kernel of a trace with the
-system C++ compiler when first evaluated (~0.4 s each, kept in its temp
-folder for later processes), so an engine makes and runs its halves once at
-start (``build_halves``) instead of stalling its first decode steps; a
-tensor-parallel rank's halves hold collectives and cannot run alone, so on
-the CPU its layers stay untraced unless asked.
+Traced where MLX encodes each op for a GPU (``MLXCEL_TRACED_LAYERS=off``
+opts out, ``halves`` keeps the attention out of the traces, ``on`` traces on
+the CPU too, where the attention's ops, not these, take the host's time), in
+decode-only steps: their row count is bounded by
+the batch, where a prefill chunk's length would leave a trace per length.
 """
 
 from __future__ import annotations
@@ -68,9 +62,6 @@ TRACED_LAYERS_ENV = "MLXCEL_TRACED_LAYERS"
 # dozen of them; a trace costs the host milliseconds to make again (the
 # halves' traces, one per row count, are never dropped either).
 KEPT_WHOLE_TRACES = 64
-# Row counts whose traced halves hold every fused kernel of a decode step: MLX specializes a fused kernel to its
-# inputs' layout, and one row's layouts differ from several rows'.
-FUSED_VARIANT_ROWS = (1, 2)
 
 
 class TracedLayers(str, Enum):
@@ -81,13 +72,15 @@ class TracedLayers(str, Enum):
     WHOLE = "whole"       # the whole layer where its attention is traceable (else its halves)
 
 
-def traced_layers_wanted(default: TracedLayers = TracedLayers.WHOLE) -> TracedLayers:
-    """The env (on / halves / off), else ``default``."""
+def traced_layers_wanted() -> TracedLayers:
+    """The env (on / halves / off), else whole where the default device is a GPU and off elsewhere."""
     choice = os.environ.get(TRACED_LAYERS_ENV, "").strip().lower()
     if choice in (TracedLayers.HALVES, TracedLayers.WHOLE):
         return TracedLayers(choice)
     flag = parse_flag(choice)
-    return default if flag is None else TracedLayers.WHOLE if flag else TracedLayers.OFF
+    if flag is None:
+        flag = mx.default_device().type == mx.DeviceType.gpu
+    return TracedLayers.WHOLE if flag else TracedLayers.OFF
 
 
 def before(layer: nn.Module, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
@@ -245,21 +238,3 @@ class LayerHalves:
         weights = self.weights()
         traced_before, traced_after = self.traces.halves(ops)
         return partial(traced_before, weights), partial(traced_after, weights)
-
-
-def build_halves(layers: list[nn.Module], ops: ComposedOps, dtype: mx.Dtype, rows: tuple[int, ...]) -> None:
-    """Make each structure's traced halves for ``ops`` at each row count and evaluate them once on zeros, as
-    a decode step calls them (a first layer's, whose stream has no residual yet, then a later one's): MLX
-    compiles their fused kernels now, and the steps of these row counts replay these traces."""
-    templates = {id(layer.halves.traces): layer for layer in layers}.values()
-    outputs = []
-    for layer in templates:
-        traced_before, traced_after = layer.halves.traced(ops)
-        hidden = layer.input_layernorm.weight.shape[0]
-        for count in rows:
-            residual, h, positions = None, mx.zeros((count, 1, hidden), dtype), mx.zeros((count,), mx.int32)
-            for _ in range(2):
-                stream, q, k, v = traced_before(residual, h, positions, positions, positions, None, None)
-                residual, h = traced_after(stream, mx.zeros_like(q))
-                outputs += [q, k, v, residual, h]
-    mx.eval([array for array in outputs if array is not None])

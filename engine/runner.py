@@ -20,7 +20,7 @@ from mlxcel.kernels.layer_ops import layer_ops
 
 from .config import CascadeSettings
 from .decode_plan import DecodeOutcome, DecodePlanner, gather_outcome, log_first_launch
-from .layer_halves import FUSED_VARIANT_ROWS, TracedLayers, build_halves, traced_layers_wanted
+from .layer_halves import TracedLayers, traced_layers_wanted
 from .model import LoadedModel, StepContext, build_projection_kernels, final_hidden, head_logits, on_cpu
 from .pool import BlockPool
 from .sampler import Sampled, Sampler
@@ -29,9 +29,6 @@ from .step_inputs import StepInputs
 from .tensor_parallel import Ranks
 
 log = logging.getLogger(__name__)
-
-# Builds shorter than this found their kernels compiled already: not worth a log line.
-BUILD_LOG_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,33 +60,28 @@ class ModelRunner:
         self.sampler = Sampler()
         self.csr_builder = CsrBuilder(pool.block_size)
         self.planner = DecodePlanner()
-        # A rank's traced halves on the CPU could not be built ahead (layer_halves): untraced unless asked.
-        self.traced_layers = traced_layers_wanted(TracedLayers.OFF if ranks is not None and on_cpu()
-                                                  else TracedLayers.WHOLE)
+        self.traced_layers = traced_layers_wanted()
         self.shape = AttentionShape(loaded.num_heads, loaded.num_kv_heads, loaded.head_dim, loaded.dtype,
                                     pool.geometry.page_dtype, pool.block_size, loaded.scale)
 
     def build_kernels(self, max_rows: int) -> None:
-        """Compile now the kernels that a decode step of up to ``max_rows`` rows would compile at its first
-        launch, stalling every stream that long: on CUDA the skinny matmul's, an instance per 16 rows, seconds
-        each (once per process: MLX keeps no disk cache of custom kernels); on the CPU the traced halves' fused
-        kernels (``layer_halves``; once per machine). A tensor-parallel model's layers hold collectives: not
-        built ahead."""
+        """Compile now the projection kernels a decode step of up to ``max_rows`` rows compiles at its first
+        launch: on CUDA the skinny matmul is an instance per 16 rows, seconds each to compile, and the first
+        step of a new size stalled every stream that long (once per process: MLX keeps no disk cache of
+        custom kernels). A tensor-parallel model's projections hold collectives: not built ahead."""
         if self.ranks is not None:
             return
-        start, built = time.perf_counter(), []
         ops = layer_ops()
         wanted = {each: rows for each in dict.fromkeys((ops, ops.host_bound()))
                   if (rows := each.instance_rows(max_rows))}
+        if not wanted:
+            return
+        start, built = time.perf_counter(), False
         for each, rows in wanted.items():
-            if build_projection_kernels(self.loaded.model, each, rows):
-                built.append("the projection kernels of " + "/".join(map(str, rows)) + "-row steps")
-        if on_cpu() and self.traced_layers != TracedLayers.OFF:
-            build_halves(self.loaded.model.model.layers, ops, self.loaded.dtype, FUSED_VARIANT_ROWS)
-            built.append("the traced layers' kernels")
-        seconds = time.perf_counter() - start
-        if built and seconds >= BUILD_LOG_SECONDS:
-            log.info("built %s in %.1f s", " and ".join(built), seconds)
+            built = build_projection_kernels(self.loaded.model, each, rows) or built
+        if built:
+            counts = "/".join(map(str, sorted({count for rows in wanted.values() for count in rows})))
+            log.info("built the projection kernels of %s-row steps in %.1f s", counts, time.perf_counter() - start)
 
     def step(self, batch: ScheduledStep, last_tokens: mx.array | None, settings: CascadeSettings) -> Launched:
         """One forward pass: each decode row feeds its last token (``last_tokens``,
@@ -124,8 +116,9 @@ class ModelRunner:
         grow. On the CPU the pool goes first, in an eval of its own: an eval's
         last task holds every output's buffer until it runs, and the next step's
         first K/V stores (scatters, in place only into a buffer nothing else
-        holds), dispatched while it waits, each copied a layer's pool. A GPU's
-        decode steps store K/V in their kernels: one eval."""
+        holds), dispatched while it waits, each copied a layer's pool (traced
+        halves, which dispatch them a few tasks into a step). A GPU's decode
+        steps store K/V in their kernels: one eval."""
         if on_cpu():
             mx.async_eval(self.pool.keys, self.pool.values)
             mx.async_eval(*outputs)

@@ -369,7 +369,6 @@ def test_an_engine_builds_each_row_counts_projection_kernels_when_it_starts(tiny
             return super().matmul(x, weight, transposed)
 
     monkeypatch.setattr(runner, "layer_ops", InstanceOps)
-    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "off")    # the CPU's traced halves are built ahead too (below)
     engine = make_engine(max_running=24)
     layer = tiny_loaded.model.layers[0]
     weights = {linear.weight.shape for linear in (*layer.self_attn.linears(), layer.self_attn.o_proj,
@@ -388,7 +387,7 @@ def test_a_cpu_decode_step_stores_k_and_v_in_place_while_the_last_one_runs(make_
     # (traced halves: dispatched a few tasks in, while that task waited) copied a layer's pool in about half
     # the steps: MLX's peak memory rose by a layer pool. The pool's own eval is done by then.
     assert mx.default_device().type == mx.DeviceType.cpu
-    monkeypatch.delenv("MLXCEL_TRACED_LAYERS", raising=False)
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")
     engine = make_engine(num_blocks=4096)
     layer_bytes = engine.pool.keys[0].nbytes
     rng = np.random.default_rng(7)
@@ -405,38 +404,6 @@ def test_a_cpu_decode_step_stores_k_and_v_in_place_while_the_last_one_runs(make_
             rises.append(mx.get_peak_memory() - base)
     assert len(rises) >= 16
     assert max(rises) < layer_bytes / 4, [round(rise / layer_bytes, 2) for rise in rises]
-
-
-def test_a_cpu_engine_makes_its_traced_halves_when_it_starts(tiny_loaded, make_engine, monkeypatch):
-    # On the CPU MLX compiles a trace's fused kernels with the system compiler when first evaluated: the engine
-    # makes and runs the halves at the row counts whose traces hold every such kernel when it starts, and the
-    # decode steps at those counts replay them (no trace made in a step).
-    from mlxcel.engine import layer_halves
-
-    assert mx.default_device().type == mx.DeviceType.cpu
-    monkeypatch.delenv("MLXCEL_TRACED_LAYERS", raising=False)
-    made = []
-    real = layer_halves.LayerTraces._run
-
-    def counted(self, step, fixed, weights, *args):   # runs only while a trace is made
-        if step is layer_halves.before:
-            made.append(args[0] is None)
-        return real(self, step, fixed, weights, *args)
-
-    monkeypatch.setattr(layer_halves.LayerTraces, "_run", counted)
-    for layer in tiny_loaded.model.layers:
-        layer.halves.forget_traces()
-    groups = len({id(layer.halves.traces) for layer in tiny_loaded.model.layers})
-    engine = make_engine(max_running=2)
-    rows = layer_halves.FUSED_VARIANT_ROWS
-    assert sorted(made) == sorted([True, False] * len(rows) * groups)    # residual None (the first layer) or not
-    made.clear()
-    for prompt in ([5, 6, 7], [8, 9, 10, 11]):
-        engine.submit(prompt, SamplingParams(max_tokens=6, ignore_eos=True))
-    while engine.step():
-        pass
-    assert made == []
-    assert any(record.batch == 2 and record.kind == "decode" for record in engine.snapshot.recent_steps)
 
 
 @pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
@@ -470,23 +437,12 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
 
 
 @pytest.mark.parametrize("value, mode", [("off", "off"), ("0", "off"), ("halves", "halves"), ("on", "whole"),
-                                         ("whole", "whole"), ("", "whole")])
+                                         ("whole", "whole"), ("", None)])
 def test_the_traced_layers_env_picks_what_is_traced(monkeypatch, value, mode):
     from mlxcel.engine.layer_halves import TracedLayers, traced_layers_wanted
     monkeypatch.setenv("MLXCEL_TRACED_LAYERS", value)
-    assert traced_layers_wanted() == TracedLayers(mode)
-
-
-def test_a_tensor_parallel_rank_on_the_cpu_traces_only_when_asked(tiny_loaded, make_engine, monkeypatch):
-    # Its halves hold collectives: they cannot be made ahead of the steps alone, so untraced by default.
-    from mlxcel.engine import runner
-    from mlxcel.engine.layer_halves import TracedLayers
-    pool = make_engine().pool
-    monkeypatch.delenv("MLXCEL_TRACED_LAYERS", raising=False)
-    assert runner.ModelRunner(tiny_loaded, pool).traced_layers == TracedLayers.WHOLE
-    assert runner.ModelRunner(tiny_loaded, pool, ranks=object()).traced_layers == TracedLayers.OFF
-    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")
-    assert runner.ModelRunner(tiny_loaded, pool, ranks=object()).traced_layers == TracedLayers.WHOLE
+    default = "whole" if mx.default_device().type == mx.DeviceType.gpu else "off"
+    assert traced_layers_wanted() == TracedLayers(mode or default)
 
 
 def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkeypatch):
