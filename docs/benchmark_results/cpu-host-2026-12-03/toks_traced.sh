@@ -1,7 +1,7 @@
 #!/bin/bash
-# tok/s, host and token digest of the tree untraced (MLXCEL_TRACED_LAYERS=off) against its default (traced), reference
+# tok/s, host and token digest of the tree untraced (MLXCEL_TRACED_LAYERS=off) against MLXCEL_TRACED_LAYERS=on, reference
 # BLAS and OpenBLAS (the CLI's environment), cascade on and off; the paths of this machine (model, OpenBLAS).
-# usage: toks_traced.sh OUT reads
+# usage: toks_traced.sh OUT reads (at ac74c9e the default was traced; since, MLXCEL_TRACED_LAYERS=on is)
 cd "$(git rev-parse --show-toplevel)"
 M=/root/.cache/mlxcel/models/tiny-qwen3-v2
 T=docs/benchmark_results/cpu-host-2026-12-03/traced_wall.py
@@ -12,5 +12,5 @@ for i in $(seq $2); do for blas in reference openblas; do for c in on off; do
     unset LD_LIBRARY_PATH LD_PRELOAD OPENBLAS_NUM_THREADS MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_
   fi
   echo "# untraced $blas $c"; MLXCEL_TRACED_LAYERS=off .venv/bin/python $T $c $M 2>/dev/null
-  echo "# traced $blas $c"; .venv/bin/python $T $c $M 2>/dev/null
+  echo "# traced $blas $c"; MLXCEL_TRACED_LAYERS=on .venv/bin/python $T $c $M 2>/dev/null
 done; done; done >> $1
