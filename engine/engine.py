@@ -244,6 +244,9 @@ class Engine:
             self._note_cascade_switch()
             batch = self.scheduler.schedule()
             launched = self._launch(batch, start) if batch is not None else None
+        # Outside the lock: on the CPU MLX's async_eval runs most of the step before it returns (a prompt's
+        # chunk, seconds), and snapshots, the control API and new requests need not wait for it.
+        launched = self._enqueue(launched) if launched is not None else None
         finished = self._complete(self._inflight)
         self._inflight = launched
         if buffer_cache.trim():
@@ -276,8 +279,24 @@ class Engine:
             self._last_plan = self._plan_view(batch.decode, launched.outcomes[0])
         sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
         flat = sum(len(seq.block_table) for seq in batch.decode) * self.pool.geometry.bytes_per_block
-        return InFlight(batch, launched, start, time.perf_counter(), {seq.id: row for row, seq in enumerate(sampling)},
+        return InFlight(batch, launched, start, launched.built, {seq.id: row for row, seq in enumerate(sampling)},
                         flat)
+
+    def _enqueue(self, inflight: InFlight) -> InFlight | None:
+        """Hand a built step to MLX; a step MLX refuses ends its sequences (as one whose tokens fail)."""
+        try:
+            self.runner.launch(inflight.launched)
+        except Exception as err:
+            if self.ranks:   # the other ranks may have enqueued the step: they and this one can no longer agree
+                self.ranks.fault(f"rank 0 could not enqueue a step: {err}")
+            log.exception("step failed; its sequences are ended with finish reason 'error'")
+            with self._state:
+                for seq in inflight.batch.seqs:
+                    if not seq.is_finished:
+                        self._finish(seq, "error")
+            return None
+        inflight.enqueued = time.perf_counter()
+        return inflight
 
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
         """Each row's input token: on the host, or the in-flight step's sampled one."""

@@ -35,13 +35,14 @@ log = logging.getLogger(__name__)
 class Launched:
     """A step on its way: its sampled tokens (one per sampling row, lazy, with
     their log-probabilities when a row asked), what its attention launches did
-    (the decode rows', the prefill chunk's), and when its graph was built (what
-    follows is MLX's: encoding the kernels, on the CPU running all but the last
-    few of them)."""
+    (the decode rows', the prefill chunk's), when its graph was built (what
+    follows is MLX's, from ``ModelRunner.launch``: encoding the kernels, on the
+    CPU running all but the last few of them), and the arrays it evaluates."""
 
     sampled: Sampled
     outcomes: tuple[DecodeOutcome, ...]
     built: float    # perf_counter when the graph was complete
+    outputs: tuple[mx.array, ...]
 
     @property
     def tokens(self) -> mx.array:
@@ -88,21 +89,25 @@ class ModelRunner:
         possibly the previous step's lazy output) at position num_cached_tokens,
         the prefill chunk its prompt tokens; the page tables must already cover
         every position. Samples the decode rows, and the chunk's last token when
-        it ends the prompt."""
+        it ends the prompt. Builds the graph; ``launch`` enqueues it."""
         inputs = StepInputs.of(batch, settings)
-        # Under tensor parallelism MLX may block here on a rank that stopped answering (async_eval waits
-        # once the stream holds enough work): the watchdog covers the whole launch.
-        with self.ranks.watch("a step to be enqueued") if self.ranks is not None else nullcontext():
+        # Under tensor parallelism MLX may block on a rank that stopped answering (sending the inputs, or
+        # async_eval once the stream holds enough work): the watchdog covers both.
+        with self.ranks.watch("a step to be built") if self.ranks is not None else nullcontext():
             if self.ranks is not None:
                 self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
             hidden, last, outcomes = self.forward(inputs, last_tokens)
-            sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
-            logits = head_logits(self.loaded.model, hidden)
-            sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
-                       else Sampled(mx.zeros((0,), mx.int32)))
-            built = time.perf_counter()
-            self.enqueue(*sampled.arrays, *([last] if self.ranks is not None else []))
-        return Launched(sampled, outcomes, built)
+        sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
+        logits = head_logits(self.loaded.model, hidden)
+        sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
+                   else Sampled(mx.zeros((0,), mx.int32)))
+        return Launched(sampled, outcomes, time.perf_counter(),
+                        (*sampled.arrays, *([last] if self.ranks is not None else [])))
+
+    def launch(self, launched: Launched) -> None:
+        """Enqueue a built step (``mx.async_eval``): on the CPU this runs all but the last few of its tasks."""
+        with self.ranks.watch("a step to be enqueued") if self.ranks is not None else nullcontext():
+            self.enqueue(*launched.outputs)
 
     def follow(self, inputs: StepInputs) -> None:
         """A rank other than 0: the same step from rank 0's inputs, its decode

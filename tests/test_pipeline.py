@@ -6,6 +6,8 @@ off, a cancel mid-run."""
 
 from __future__ import annotations
 
+import threading
+
 import mlx.core as mx
 import mlx_lm
 import numpy as np
@@ -113,6 +115,63 @@ def test_each_decode_step_is_launched_before_the_previous_one_is_read(make_engin
     # still on the device: the host never waited for them.
     full = [p for p in pending_at_launch if len(p) == len(prompts)]
     assert len(full) >= 8 and all(p == [1] * len(prompts) for p in full[1:])
+
+
+def test_a_snapshot_is_read_while_mlx_runs_a_step(make_engine, prompts):
+    # On the CPU MLX's async_eval runs most of a step before it returns (a prompt's chunk: seconds), so the
+    # engine hands a built step to MLX outside its state lock: the dashboard's poll does not wait for it.
+    engine = make_engine()
+    entered, release = threading.Event(), threading.Event()
+    real = engine.runner.launch
+
+    def launch(launched):
+        entered.set()
+        assert release.wait(10)
+        real(launched)
+
+    engine.runner.launch = launch
+    seq = engine.submit(prompts[0], SamplingParams(max_tokens=2, ignore_eos=True))
+    stepper = threading.Thread(target=engine.step)
+    stepper.start()
+    assert entered.wait(10)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(engine.snapshot))
+    reader.start()
+    reader.join(5)
+    blocked = reader.is_alive()
+    release.set()
+    stepper.join(10)
+    reader.join(10)
+    assert not blocked, "the snapshot waited for MLX's step"
+    assert [view.id for view in read[0].sequences] == [seq.id] and read[0].running == 1
+    while engine.step():
+        pass
+    assert seq.num_completion_tokens == 2
+    assert_pool_at_baseline(engine)
+
+
+@pytest.mark.parametrize("part", ["step", "launch"])
+def test_a_step_that_fails_ends_its_sequences_and_the_engine_goes_on(make_engine, prompts, part):
+    # Building the graph (runner.step) or handing it to MLX (runner.launch) may raise: the step's sequences end
+    # with finish reason "error", their pages go back, and the next request is served.
+    engine = make_engine()
+    real = getattr(engine.runner, part)
+
+    def refused(*args):
+        raise RuntimeError("refused")
+
+    setattr(engine.runner, part, refused)
+    seq = engine.submit(prompts[0], SamplingParams(max_tokens=4, ignore_eos=True))
+    engine.step()
+    assert seq.is_finished and seq.finish_reason == "error"
+    setattr(engine.runner, part, real)
+    while engine.step():
+        pass
+    assert_pool_at_baseline(engine)
+    again = engine.submit(prompts[0], SamplingParams(max_tokens=4, ignore_eos=True))
+    while engine.step():
+        pass
+    assert again.num_completion_tokens == 4 and again.finish_reason == "length"
 
 
 def test_a_long_prompt_prefills_beside_the_running_streams(make_engine, reference_model, prompts, references):

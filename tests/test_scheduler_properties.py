@@ -89,7 +89,11 @@ class FakeRunner:
                 out.append(next_token(seq.token_ids))
             outcomes.append(DecodeOutcome(GATHER, 1, None, 0, "fake"))
         assert len(batch.decode) + batch.prefill_tokens <= 8, "the step is over its token budget"
-        return Launched(Sampled(mx.array(out, dtype=mx.int32)), tuple(outcomes), time.perf_counter())
+        tokens = mx.array(out, dtype=mx.int32)
+        return Launched(Sampled(tokens), tuple(outcomes), time.perf_counter(), (tokens,))
+
+    def launch(self, launched):
+        pass   # the tokens are made on the host: nothing for MLX to run
 
 
 class SchedulerMachine(RuleBasedStateMachine):
