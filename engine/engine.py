@@ -263,9 +263,7 @@ class Engine:
         except Exception as err:
             if self.ranks:   # the other ranks may have built the step: they and this one can no longer agree
                 self.ranks.fault(f"rank 0 could not build a step: {err}")
-            log.exception("step failed; its sequences are ended with finish reason 'error'")
-            for seq in batch.seqs:
-                self._finish(seq, "error")
+            self._end_failed_step(batch)
             return None
         now = time.perf_counter()
         for seq in batch.seqs:
@@ -289,14 +287,19 @@ class Engine:
         except Exception as err:
             if self.ranks:   # the other ranks may have enqueued the step: they and this one can no longer agree
                 self.ranks.fault(f"rank 0 could not enqueue a step: {err}")
-            log.exception("step failed; its sequences are ended with finish reason 'error'")
-            with self._state:
-                for seq in inflight.batch.seqs:
-                    if not seq.is_finished:
-                        self._finish(seq, "error")
+            self._end_failed_step(inflight.batch)
             return None
         inflight.enqueued = time.perf_counter()
         return inflight
+
+    def _end_failed_step(self, batch: ScheduledStep) -> None:
+        """A step that failed (the exception being handled says why): its sequences end with finish reason
+        'error'."""
+        log.exception("step failed; its sequences are ended with finish reason 'error'")
+        with self._state:
+            for seq in batch.seqs:
+                if not seq.is_finished:
+                    self._finish(seq, "error")
 
     def _last_tokens(self, seqs: list[Sequence]) -> mx.array:
         """Each row's input token: on the host, or the in-flight step's sampled one."""
@@ -339,11 +342,7 @@ class Engine:
                     inflight.launched.sampled.tokens, inflight.launched.sampled.logprobs,
                     inflight.launched.sampled.top_ids, inflight.launched.sampled.top_logprobs)]
         except Exception:
-            log.exception("step failed; its sequences are ended with finish reason 'error'")
-            with self._state:
-                for seq in inflight.batch.seqs:
-                    if not seq.is_finished:
-                        self._finish(seq, "error")
+            self._end_failed_step(inflight.batch)
             return True
         done = time.perf_counter()
         with self._state:
