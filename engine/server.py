@@ -23,6 +23,7 @@ from importlib.metadata import version
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -265,8 +266,9 @@ class OpenAIServer:
                 self.engine.cascade.update(**body)
             except ConfigError as err:
                 raise ApiError(400, str(err)) from None
-        return JSONResponse({"config": self.engine.cascade.as_dict(),
-                             "snapshot": self.engine.snapshot.to_dict()})
+        # In a worker thread: the snapshot waits for the engine's state lock, held while a step is built.
+        snapshot = await run_in_threadpool(lambda: self.engine.snapshot.to_dict())
+        return JSONResponse({"config": self.engine.cascade.as_dict(), "snapshot": snapshot})
 
     async def control_sessions(self, request: Request) -> Response:
         if self.sessions is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 
 import httpx
 import openai
@@ -135,6 +136,19 @@ def test_control_api_validates_and_keeps_old_values(served):
     config = httpx.get(f"{base}/v1/cascade").json()["config"]
     assert config == {"enabled": True, "min_shared_pages": 4, "min_members": 3}
     assert "sequences" in httpx.get(f"{base}/v1/cascade").json()["snapshot"]
+
+
+def test_a_snapshot_waiting_for_the_engine_holds_up_no_other_request(served):
+    # /v1/cascade reads the engine's snapshot under its state lock (held while a step is built): the wait
+    # happens off the event loop, so the server answers other requests meanwhile.
+    base, engine, client = served
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with engine._state:
+            waiting = pool.submit(httpx.get, f"{base}/v1/cascade", timeout=30)
+            time.sleep(0.5)   # the request reaches its handler, which waits
+            models = httpx.get(f"{base}/v1/models", timeout=5)
+            assert models.status_code == 200 and not waiting.done()
+        assert waiting.result(timeout=30).json()["snapshot"]["sequences"] == []
 
 
 def test_metrics_is_prometheus_text(served):
