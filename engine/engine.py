@@ -245,7 +245,7 @@ class Engine:
             batch = self.scheduler.schedule()
             launched = self._launch(batch, start) if batch is not None else None
         # Outside the lock: on the CPU MLX's async_eval runs most of the step before it returns (a prompt's
-        # chunk, seconds), and snapshots, the control API and new requests need not wait for it.
+        # chunk: seconds), and a snapshot's read (a dashboard's poll) need not wait for it.
         launched = self._enqueue(launched) if launched is not None else None
         finished = self._complete(self._inflight)
         self._inflight = launched

@@ -91,8 +91,8 @@ class ModelRunner:
         every position. Samples the decode rows, and the chunk's last token when
         it ends the prompt. Builds the graph; ``launch`` enqueues it."""
         inputs = StepInputs.of(batch, settings)
-        # Under tensor parallelism MLX may block on a rank that stopped answering (sending the inputs, or
-        # async_eval once the stream holds enough work): the watchdog covers both.
+        # Under tensor parallelism MLX may block on a rank that stopped answering: sending the inputs here,
+        # async_eval (once the stream holds enough work) in launch; the watchdog covers each.
         with self.ranks.watch("a step to be built") if self.ranks is not None else nullcontext():
             if self.ranks is not None:
                 self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
