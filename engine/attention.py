@@ -294,7 +294,7 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     """Multi-token step: q [R, Hq, L, D] are each row's last L tokens (their K/V
     already written to the pool), causal. Pages are gathered into contiguous
     K/V (a quantized pool's dequantized) for dense_attention. Returns [R, Hq, L, D] in q's dtype."""
-    rows, _, length, d = q.shape
+    length = q.shape[2]
     host = csr.host
     if (host.num_tokens() < length).any():
         raise ValueError(f"every row needs at least its {length} query tokens in the pool")
@@ -302,8 +302,7 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
     slots = tiles.width * block_size
     at = PageGather.of(tiles.pages, block_size, num_kv_heads)
-    keys = read_pages(k_pool, at, q.dtype).reshape(rows, num_kv_heads, slots, d)
-    values = read_pages(v_pool, at, q.dtype).reshape(rows, num_kv_heads, slots, d)
+    keys, values = read_pages(k_pool, at, q.dtype), read_pages(v_pool, at, q.dtype)   # [R, Hkv, slots, D]
 
     newest = tiles.full_slots - (block_size - csr.last_page_len) - 1           # slot of each row's last token
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit

@@ -158,33 +158,32 @@ def tile_states(q: mx.array, k_pool: Pages, v_pool: Pages, tiles: PageTiles, at:
     """Softmax state of every tile (``at``: the tiles' pages, ``mask``: tile_mask's): o [S, Hq, D]
     float32 normalized, lse [S, Hq] log2."""
     _, hq, d = q.shape
-    block_size, hkv = k_pool.shape[1], k_pool.shape[2]
+    hkv = k_pool.shape[2]
     group = hq // hkv
-    count, slots = tiles.num_tiles, tiles.width * block_size
+    count = tiles.num_tiles
 
     q_tiles = q if tiles.one_per_row else q[tiles.tile_row]
     # Scores in log2 units: scale * log2(e) folded into q, so 2**(s - max) is the softmax numerator.
     q_tiles = mx.contiguous((q_tiles.astype(mx.float32) * (scale * LOG2E)).reshape(count, hkv, group, d))
-    # [S, 1, W] block ids x [1, Hkv, 1] heads -> [S, Hkv, W, block, D]: each head's
+    # Gathered as [S, Hkv, W * block, D] (PageGather's rows): each head's
     # tokens land contiguous, so the matmuls need no transposed copy.
     # A quantized pool's codes are gathered and dequantized here, in float32;
     # int8's token scales multiply the scores and the softmax weights instead.
     keys, key_scales = read_scaled(k_pool, at)
     values, value_scales = read_scaled(v_pool, at)
-    keys, values = keys.reshape(count, hkv, slots, d), values.reshape(count, hkv, slots, d)
 
     # Scores transposed, [S, Hkv, slots, G]: keys @ q^T is the faster matmul
     # orientation on reference BLAS (no dot-product inner loop) and no slower elsewhere.
     scores = keys @ q_tiles.swapaxes(-1, -2)
     if key_scales is not None:
-        scores = scores * key_scales.reshape(count, hkv, slots, 1)
+        scores = scores * key_scales                             # [S, Hkv, slots, 1]
     scores = mx.where(mask, scores, -mx.inf)
 
     top = scores.max(axis=-2, keepdims=True)                     # finite: every tile has a token
     weights = exp2(scores - top)
     total = weights.sum(axis=-2, keepdims=True)                  # [S, Hkv, 1, G]
     if value_scales is not None:
-        weights = weights * value_scales.reshape(count, hkv, slots, 1)
+        weights = weights * value_scales
     o = (weights.swapaxes(-1, -2) @ values) / total.swapaxes(-1, -2)
     lse = top + mx.log2(total)
     return o.reshape(count, hq, d), lse.reshape(count, hq)
