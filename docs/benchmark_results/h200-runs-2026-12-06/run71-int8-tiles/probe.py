@@ -1,7 +1,8 @@
 """int8 pages against bf16: does the tile width (pages a block reads) that the heuristics pick for bf16 suit int8?
 A tile's partial states (heads x D float32) are written whatever its pages' format, so at int8's half the bytes
 a tile of bf16's width spends twice the share of its traffic on states. At each cell, the fused cascade step
-(level 0's width fixed or the heuristic's, ring stages) and the flat launch (MLXCEL_CHUNK_PAGES at plan time) over
+(level 0's width fixed or the heuristic's, ring stages, the
+warpgroup kernel or the partial kernel's mma.sync) and the flat launch (MLXCEL_CHUNK_PAGES at plan time) over
 bf16 and int8 pages, all timed side by side (measure_all), each checked against bf16 flat first.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
@@ -18,6 +19,7 @@ import mlx.core as mx
 from gpu_attention_bench import OFF, Cell, every_span_kept, measure_all, relative_error
 from mlxcel.engine.decode_plan import DecodePlan
 from mlxcel.kernels import backend
+from mlxcel.kernels.fused import LEVEL0_KERNEL_ENV
 from mlxcel.kernels.kv_quant import FORMATS, QuantizedPages, quantize
 from mlxcel.kernels.portable import CHUNK_PAGES_ENV
 
@@ -34,16 +36,19 @@ def arms_of(cell: Cell) -> tuple[dict, dict]:
     arms = {"chain": cell.chain_only}
     for dtype, (k_pools, v_pools) in pools.items():
         shape = replace(cell.shape, pool_dtype=k_pools[0].dtype)
-        for pages, stages in ((None, None), (32, None), (64, None), (128, None), (None, 3), (64, 3)):
+        for pages, stages, kernel in ((None, None, ""), (32, None, ""), (64, None, ""), (128, None, ""),
+                                      (None, 3, ""), (64, 3, ""), (None, None, "mma")):
             if dtype == "bf16" and stages:
                 continue
+            os.environ[LEVEL0_KERNEL_ENV] = kernel      # read when the launches are planned
             step = backend().KERNELS.prepare_cascade(shape, cell.batch, private, layout.kernel_levels, pages,
                                                      None, None, stages)
+            os.environ.pop(LEVEL0_KERNEL_ENV)
 
             def call(i, dep=None, step=step, k_pools=k_pools, v_pools=v_pools):
                 s = i % cell.sets
                 return step(cell.query(i, dep), k_pools[s], v_pools[s], private.last_page_len)
-            arms[f"{dtype} cascade pages={pages or 'auto'} stages={stages or 'auto'}"] = call
+            arms[f"{dtype} cascade pages={pages or 'auto'} stages={stages or 'auto'} {kernel}".strip()] = call
         for pages in (None, 128, 1000):
             if pages:
                 os.environ[CHUNK_PAGES_ENV] = str(pages)
