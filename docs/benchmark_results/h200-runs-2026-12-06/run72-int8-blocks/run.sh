@@ -10,6 +10,5 @@ export PYTHONPATH=/tmp/site:/tmp/mlxcel-shim:$PWD:$PWD/tests:$PWD/benchmarks PYT
 export MLX_PTX_CACHE_DIR=/tmp/ptx
 D=docs/benchmark_results/h200-runs-2026-12-06/run72-int8-blocks
 echo "installed at $SECONDS s"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-timeout 200 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
 timeout 300 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
 echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/ 2>/dev/null; cat $OUT/probe.md; tail -3 $OUT/probe.log | cut -c1-400
