@@ -77,13 +77,15 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # platform and device have it.
 LEVEL0_KERNEL_ENV = "MLXCEL_LEVEL0_KERNEL"
 WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel owns
-# Warpgroups a block of it may hold (they share its staged K and V). Two read
-# each chunk once for 128 heads where blocks of one read it twice (from L2),
-# but measured on the H200 in the engine's 8192 x 32 step (one process, A B B
-# A): level 0 0.69 / 0.74 ms a step with two, 0.62 / 0.64 with one (one
-# 8-warp block an SM by registers against two of 4 warps, which overlap one's
-# softmax with the other's products).
-WARPGROUPS_PER_BLOCK = 1
+# Warpgroups a block of it may hold, by the pages' format (None: 16-bit;
+# they share its staged chunks). Two read each chunk once for 128 heads where
+# blocks of one read it twice (from L2), but measured on the H200 in the
+# engine's 8192 x 32 step (one process, A B B A): 16-bit level 0 0.69 / 0.74
+# ms a step with two, 0.62 / 0.64 with one (one 8-warp block an SM by
+# registers against two of 4 warps, which overlap one's softmax with the
+# other's products). int8 pages' blocks also convert each staged chunk into
+# operands, once a block, work two warpgroups would share (not yet timed).
+WARPGROUPS_PER_BLOCK = {None: 1, "int8": 1}
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 # Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
@@ -503,14 +505,14 @@ class FusedKernels:
         blocks' warps (benchmark sweeps). ``warpgroup``: the stacked levels
         of more than two warps' heads run on the warpgroup kernel (a
         warpgroup: 64 heads, a warp's 16 each; fewer heads would leave most
-        rows empty), up to WARPGROUPS_PER_BLOCK a block."""
+        rows empty), up to WARPGROUPS_PER_BLOCK (the format's) a block."""
         group = q_heads // kv_heads
         stacked = []
         for view, members in levels:
             heads = np.shape(members)[1] * group
             warps = level0_warps or self.platform.warps
             if warpgroup and heads > 2 * HEADS_PER_WARP:
-                warps = 4 * min(WARPGROUPS_PER_BLOCK, -(-heads // WARPGROUP_ROWS))
+                warps = 4 * min(WARPGROUPS_PER_BLOCK[quant and quant.name], -(-heads // WARPGROUP_ROWS))
                 layout = replace(head_layout(heads, warps, warps), warpgroup=True)
             else:
                 layout = head_layout(heads, warps, level0_warps_m or level0_max_warps_m(quant))

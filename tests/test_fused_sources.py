@@ -199,19 +199,22 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, cap
         f"{fused.LEVEL0_KERNEL_ENV}='tensor': expected mma or warpgroup, using the default"]
     monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV)
     # Rows of 4 heads a KV head behind one span: 256 stacked heads (64 rows)
-    # are four warpgroups a tile, in blocks of up to WARPGROUPS_PER_BLOCK, 128
-    # two, 64 one; a span of 8 members (32 heads) keeps the partial kernel.
-    monkeypatch.setattr(fused, "WARPGROUPS_PER_BLOCK", per_block)
+    # are four warpgroups a tile, in blocks of up to the pages' format's
+    # WARPGROUPS_PER_BLOCK, 128 two, 64 one; a span of 8 members (32 heads)
+    # keeps the partial kernel. The other format's blocks stay as set.
     private = PagedCsrView.from_host(host_csr([[1, 2]], [20], 16))
     span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
     warps = 4 * per_block
-    for members, blocks in ((64, (warps, warps, 4 // per_block)), (32, (warps, warps, 2 // per_block)),
-                            (16, (4, 4, 1)), (8, None)):
-        (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
-                                              warpgroup=True)[0]
-        assert layout.warpgroup == (blocks is not None) and layout.heads == members * 4
-        if blocks:
-            assert (layout.warps, layout.warps_m, layout.groups) == blocks
+    for quant, other in ((None, "int8"), (INT8, None)):
+        monkeypatch.setitem(fused.WARPGROUPS_PER_BLOCK, quant and quant.name, per_block)
+        monkeypatch.setitem(fused.WARPGROUPS_PER_BLOCK, other, 3 - per_block)
+        for members, blocks in ((64, (warps, warps, 4 // per_block)), (32, (warps, warps, 2 // per_block)),
+                                (16, (4, 4, 1)), (8, None)):
+            (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
+                                                  quant=quant, warpgroup=True)[0]
+            assert layout.warpgroup == (blocks is not None) and layout.heads == members * 4
+            if blocks:
+                assert (layout.warps, layout.warps_m, layout.groups) == blocks
 
 
 @needs_nvcc

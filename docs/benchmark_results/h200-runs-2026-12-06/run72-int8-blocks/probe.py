@@ -3,7 +3,8 @@
 most of the extra are a chunk's staging and its conversion into float16 operands, done once a block. Blocks
 of one warpgroup (64 heads) stage and convert every chunk once for each of the level's head groups (128 heads at
 32 rows: twice); a block of two does it once. The fused cascade step at each cell over bf16 and int8 pages,
-WARPGROUPS_PER_BLOCK 1 or 2 (and int8's ring of three), timed side by side, each checked against bf16 flat.
+the format's WARPGROUPS_PER_BLOCK 1 or 2 (and int8's ring of three), timed side by side, each checked against
+bf16 flat.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
@@ -35,10 +36,12 @@ def arms_of(cell: Cell) -> tuple[dict, dict]:
         for per_block, stages in ((1, None), (2, None), (2, 3)):
             if dtype == "bf16" and stages:
                 continue
-            fused.WARPGROUPS_PER_BLOCK = per_block     # read when the launches are planned
+            key = None if dtype == "bf16" else "int8"
+            shipped = fused.WARPGROUPS_PER_BLOCK[key]
+            fused.WARPGROUPS_PER_BLOCK[key] = per_block     # read when the launches are planned
             step = backend().KERNELS.prepare_cascade(shape, cell.batch, private, layout.kernel_levels, None,
                                                      None, None, stages)
-            fused.WARPGROUPS_PER_BLOCK = 1
+            fused.WARPGROUPS_PER_BLOCK[key] = shipped
             warps = step.levels[0].launch.options["threadgroup"][0] // 32
 
             def call(i, dep=None, step=step, k_pools=k_pools, v_pools=v_pools):

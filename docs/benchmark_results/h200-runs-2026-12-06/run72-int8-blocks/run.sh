@@ -3,5 +3,6 @@
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-06/run72-int8-blocks
-timeout 300 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
-echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/ 2>/dev/null; cat $OUT/probe.md; tail -3 $OUT/probe.log | cut -c1-400
+timeout 400 python3 $D/probe.py /tmp/probe > $OUT/probe.log 2>&1
+echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/ 2>/dev/null; cat $OUT/probe.md
+tail -3 $OUT/probe.log | cut -c1-400
