@@ -77,15 +77,17 @@ POISON_ENV = "MLXCEL_POISON_OUTPUTS"
 # platform and device have it.
 LEVEL0_KERNEL_ENV = "MLXCEL_LEVEL0_KERNEL"
 WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel owns
-# Warpgroups a block of it may hold, by the pages' format (None: 16-bit;
-# they share its staged chunks). Two read each chunk once for 128 heads where
-# blocks of one read it twice (from L2), but measured on the H200 in the
-# engine's 8192 x 32 step (one process, A B B A): 16-bit level 0 0.69 / 0.74
-# ms a step with two, 0.62 / 0.64 with one (one 8-warp block an SM by
-# registers against two of 4 warps, which overlap one's softmax with the
-# other's products). int8 pages' blocks also convert each staged chunk into
-# operands, once a block, work two warpgroups would share (not yet timed).
-WARPGROUPS_PER_BLOCK = {None: 1, "int8": 1}
+# A block of it, by the pages' format (None: 16-bit): (warpgroups it may
+# hold, which share its staged chunks; its ring's chunks, None: the
+# platform's). Two warpgroups read each chunk once for 128 heads where blocks
+# of one read it twice (from L2), but measured on the H200 in the engine's
+# 8192 x 32 step (one process, A B B A), 16-bit level 0 took 0.69 / 0.74 ms a
+# step with two, 0.62 / 0.64 with one (one 8-warp block an SM by registers
+# against two of 4 warps, which overlap one's softmax with the other's
+# products). int8 blocks also convert each staged chunk into operands, once
+# a block: two warpgroups and a ring of three were 4-7% faster than one
+# warpgroup and two (the kernel, H100: 8192 and 32768 shared x 32).
+WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 # Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
@@ -505,14 +507,14 @@ class FusedKernels:
         blocks' warps (benchmark sweeps). ``warpgroup``: the stacked levels
         of more than two warps' heads run on the warpgroup kernel (a
         warpgroup: 64 heads, a warp's 16 each; fewer heads would leave most
-        rows empty), up to WARPGROUPS_PER_BLOCK (the format's) a block."""
+        rows empty), up to the format's WARPGROUP_BLOCKS a block."""
         group = q_heads // kv_heads
         stacked = []
         for view, members in levels:
             heads = np.shape(members)[1] * group
             warps = level0_warps or self.platform.warps
             if warpgroup and heads > 2 * HEADS_PER_WARP:
-                warps = 4 * min(WARPGROUPS_PER_BLOCK[quant and quant.name], -(-heads // WARPGROUP_ROWS))
+                warps = 4 * min(WARPGROUP_BLOCKS[quant and quant.name][0], -(-heads // WARPGROUP_ROWS))
                 layout = replace(head_layout(heads, warps, warps), warpgroup=True)
             else:
                 layout = head_layout(heads, warps, level0_warps_m or level0_max_warps_m(quant))
@@ -535,11 +537,11 @@ class FusedKernels:
         whose level launches and map are kept."""
         if not 1 <= len(levels) <= MAX_DEPTH:
             raise ValueError(f"the fused cascade takes 1 to {MAX_DEPTH} levels, got {len(levels)}")
-        hq, hkv, d = shape.q_heads, shape.kv_heads, shape.head_dim
+        hq, hkv, d, quant = shape.q_heads, shape.kv_heads, shape.head_dim, shape.kv_quant
         warpgroup = self.takes_warpgroup(shape, level0_warps_m, level0_warps)
         stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels if reuse is None else (),
-                                                            level0_pages, level0_warps_m, level0_warps,
-                                                            shape.kv_quant, warpgroup)
+                                                            level0_pages, level0_warps_m, level0_warps, quant,
+                                                            warpgroup)
         level_map = np.zeros((rows, len(levels), 3), np.int32)
         fused_levels = []
         for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):
@@ -549,7 +551,8 @@ class FusedKernels:
                     first = plan.row_indptr[span]
                     level_map[row, depth] = (first, plan.row_indptr[span + 1] - first, slot)
             table = np.where(members >= 0, members, members[:, :1])
-            launch = self.partial_launch(shape, plan.num_tiles, layout, stacked=True, stages=level0_stages)
+            stages = level0_stages or (WARPGROUP_BLOCKS[quant and quant.name][1] if layout.warpgroup else None)
+            launch = self.partial_launch(shape, plan.num_tiles, layout, stacked=True, stages=stages)
             fused_levels.append(FusedLevel(launch, view, plan.geometry, upload(table)[0]))
         first_level = np.asarray(levels[0][1])
         member_is_row = bool(len(levels) == 1 and first_level.shape == (1, rows)

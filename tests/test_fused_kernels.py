@@ -281,7 +281,7 @@ def test_level0_on_warpgroup_mma(rng, record_property, monkeypatch, dtype, per_b
     # The stacked level on the warpgroup kernel (asserted: its launch) in
     # blocks of one or two warpgroups, and the same step with the partial
     # kernel's, each against float64 (int8 pages: over the codes they hold).
-    monkeypatch.setitem(fused.WARPGROUPS_PER_BLOCK, "int8" if dtype == "int8" else None, per_block)
+    monkeypatch.setitem(fused.WARPGROUP_BLOCKS, "int8" if dtype == "int8" else None, (per_block, None))
     case = shared_prefix_case(rng, dtype, members=members, group=group, shared_pages=1664 // block_size,
                               block_size=block_size, head_dim=head_dim)
     layout = attention.cascade_layout(case.csr, plan_cascade(case.csr, ON))

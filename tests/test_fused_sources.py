@@ -136,6 +136,22 @@ def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim
     assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps, quant=quant) <= 227 * 1024
 
 
+@needs_nvcc
+@pytest.mark.parametrize("pool, head_dim", [("bfloat16", 128), ("int8", 128), ("int8", 64)])
+def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim):
+    # The format's block as shipped (WARPGROUP_BLOCKS: int8 two warpgroups
+    # and a ring of three) fits a level-0 grid's share of an SM without spills.
+    p = cuda.KERNELS.platform
+    quant = INT8 if pool == "int8" else None
+    warpgroups, stages = fused.WARPGROUP_BLOCKS[quant and quant.name]
+    warps, stages = 4 * warpgroups, stages or p.stages
+    registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, stages, "bfloat16", warps), tmp_path,
+                                               "sm_90a"))
+    blocks = 8 // warps
+    assert spills == 0 and blocks * block_registers(registers, warps) <= 65536
+    assert blocks * p.warpgroup_staging_bytes(head_dim, warps, stages, quant) <= 227 * 1024
+
+
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
     """The private level's unit that merges ``depths`` levels (q and the output bf16)."""
     p = cuda.KERNELS.platform
@@ -200,14 +216,14 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, cap
     monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV)
     # Rows of 4 heads a KV head behind one span: 256 stacked heads (64 rows)
     # are four warpgroups a tile, in blocks of up to the pages' format's
-    # WARPGROUPS_PER_BLOCK, 128 two, 64 one; a span of 8 members (32 heads)
+    # WARPGROUP_BLOCKS, 128 two, 64 one; a span of 8 members (32 heads)
     # keeps the partial kernel. The other format's blocks stay as set.
     private = PagedCsrView.from_host(host_csr([[1, 2]], [20], 16))
     span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
     warps = 4 * per_block
     for quant, other in ((None, "int8"), (INT8, None)):
-        monkeypatch.setitem(fused.WARPGROUPS_PER_BLOCK, quant and quant.name, per_block)
-        monkeypatch.setitem(fused.WARPGROUPS_PER_BLOCK, other, 3 - per_block)
+        monkeypatch.setitem(fused.WARPGROUP_BLOCKS, quant and quant.name, (per_block, None))
+        monkeypatch.setitem(fused.WARPGROUP_BLOCKS, other, (3 - per_block, None))
         for members, blocks in ((64, (warps, warps, 4 // per_block)), (32, (warps, warps, 2 // per_block)),
                                 (16, (4, 4, 1)), (8, None)):
             (layout, _), = kernels.cascade_levels(32, 8, private, [(span, np.arange(members)[None])],
@@ -215,6 +231,32 @@ def test_stacked_levels_of_many_heads_take_the_warpgroup_kernel(monkeypatch, cap
             assert layout.warpgroup == (blocks is not None) and layout.heads == members * 4
             if blocks:
                 assert (layout.warps, layout.warps_m, layout.groups) == blocks
+
+
+@pytest.mark.parametrize("pool", [mx.bfloat16, mx.int8])
+def test_each_formats_stacked_level_launches_its_warpgroup_block(monkeypatch, pool):
+    # 32 members of 4 heads (128 stacked heads) behind one span: the level's
+    # launch is the format's WARPGROUP_BLOCKS block (16-bit: two blocks of one
+    # warpgroup a tile, a ring of the platform's chunks; int8: one of two, a
+    # ring of three), its shared memory counted for that ring.
+    made = []
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **spec: made.append(spec) or (lambda **_: []))
+    monkeypatch.delenv(fused.LEVEL0_KERNEL_ENV, raising=False)
+    platform = replace(cuda.KERNELS.platform, warpgroup_device=lambda: True)
+    shape = AttentionShape(32, 8, 128, mx.bfloat16, pool, 16, 0.1)
+    quant = shape.kv_quant
+    private = PagedCsrView.from_host(host_csr([[19 + row] for row in range(32)], [1 + row % 16 for row in range(32)], 16))
+    span = PagedCsrView.from_host(host_csr([list(range(3, 19))], [256], 16))
+    step = fused.FusedKernels(platform).prepare_cascade(shape, 32, private, [(span, np.arange(32)[None])])
+    warpgroups, stages = fused.WARPGROUP_BLOCKS[quant and quant.name]
+    assert (warpgroups, stages) == ((2, 3) if quant else (1, None))
+    options = step.levels[0].launch.options
+    tiles = step.levels[0].geometry.size // 5
+    assert options["threadgroup"][0] == 128 * warpgroups
+    assert options["grid"][0] == tiles * (2 // warpgroups) * options["threadgroup"][0]   # head groups a tile
+    level = next(spec for spec in made if "warpgroup" in spec["name"])
+    assert level["shared_memory"] == platform.warpgroup_staging_bytes(128, 4 * warpgroups, stages, quant)
+    assert dict(options["template"])["STAGES"] == (stages or platform.stages)
 
 
 @needs_nvcc
