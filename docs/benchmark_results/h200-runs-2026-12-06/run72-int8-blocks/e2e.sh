@@ -1,6 +1,7 @@
 # Run 72, second call (the same warm machine): the 32 x 32K cell, bf16 and int8 pages, cascade and flat (ABBA in one
 # process), int8's stacked level on the block size the probe timed faster (e2e_at_best.py). The warpgroup kernel's
 # GPU tests passed with int8 pages on blocks of one and two warpgroups in quantized-kv part 8.
+# Ran at commit e56669e (its fused.WARPGROUPS_PER_BLOCK; since: WARPGROUP_BLOCKS).
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-06/run72-int8-blocks
