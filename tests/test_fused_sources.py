@@ -138,13 +138,15 @@ def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim
 
 @needs_nvcc
 @pytest.mark.parametrize("pool, head_dim", [("bfloat16", 128), ("int8", 128), ("int8", 64)])
-def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim):
+@pytest.mark.parametrize("full", [True, False])
+def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim, full):
     # The format's block as shipped (WARPGROUP_BLOCKS: int8 two warpgroups
-    # and a ring of three) fits a level-0 grid's share of an SM without spills.
+    # and a ring of three), and its ring in a block of one warpgroup (a level
+    # of 64 heads or fewer), fit a level-0 grid's share of an SM without spills.
     p = cuda.KERNELS.platform
     quant = INT8 if pool == "int8" else None
     warpgroups, stages = fused.WARPGROUP_BLOCKS[quant and quant.name]
-    warps, stages = 4 * warpgroups, stages or p.stages
+    warps, stages = 4 * (warpgroups if full else 1), stages or p.stages
     registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, stages, "bfloat16", warps), tmp_path,
                                                "sm_90a"))
     blocks = 8 // warps
