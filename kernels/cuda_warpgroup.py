@@ -152,10 +152,14 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
   // The ring's chunks: 16-bit K and V in the MMA's layouts, or int8 pages'
   // stage (the partial kernel's: code rows 16 bytes apart, then scales)
-  // beside the one converted pair of operands.
+  // beside the converted operands: blocks of two warpgroups (OVERLAP) hold
+  // two pairs, the next chunk's converted while this chunk's O += P V reads
+  // its pair; a block of one holds one pair, converted at its chunk's start
+  // (two pairs would leave its SM one block).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
   constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
-  constexpr int OPERAND_BYTES = QUANTIZED ? 2 * KV_BYTES : 0;
+  constexpr bool OVERLAP = QUANTIZED && WARPS >= 8;
+  constexpr int OPERAND_BYTES = QUANTIZED ? (OVERLAP ? 4 : 2) * KV_BYTES : 0;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -183,7 +187,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   // Each warpgroup's Q, the converted operands (int8), then the ring the
   // warpgroups share (they read every chunk's K and V).
   const uint32_t q_at = mlxcel::shared_address(base) + (warp / 4) * Q_BYTES;       // [D / 64][64][128 B]
-  unsigned char* operands = base + (WARPS / 4) * Q_BYTES;                           // [K, V][D / 64][CHUNK][128 B]
+  unsigned char* operands = base + (WARPS / 4) * Q_BYTES;                    // [2][K, V][D / 64][CHUNK][128 B]
   unsigned char* ring = operands + OPERAND_BYTES;                                   // [STAGES][STAGE_BYTES]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
@@ -233,47 +237,66 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
   copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
-  int buffer = 0;
-  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    // This chunk landed (this thread's copies, then everyone's), in view of
-    // the MMA; the buffer staged next was read by MMAs waited for last chunk.
+  // ---- 2b. int8: a chunk's codes (ring buffer `from`) into float16
+  // operands (pair `pair`), the whole block at once, 16 codes a piece ----
+  auto convert = [&](int from, int pair) {
+    const unsigned char* staged = ring + from * STAGE_BYTES;
+    const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);
+    constexpr int PIECES = CHUNK * VECS;
+    static_assert(PIECES % THREADS == 0, "whole passes over a chunk's pieces");
+    #pragma unroll
+    for (int kv = 0; kv < 2; ++kv) {
+      #pragma unroll
+      for (int i = 0; i < PIECES / THREADS; ++i) {
+        const int item = i * THREADS + threadIdx.x;
+        const int r = item / VECS, c = item % VECS;
+        const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        const __half2 factor = __half2half2(kv ? scales[(CHUNK + r) * 2 + scale_half[r & 1]] : __float2half(1.f));
+        uint32_t h[8];
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t flipped = words[k] ^ 0x80808080u;
+          const __half2 lo = mlxcel::int8_pair<0x4140>(flipped), hi = mlxcel::int8_pair<0x4342>(flipped);
+          h[2 * k] = mlxcel::as_word(kv ? __hmul2(lo, factor) : lo);
+          h[2 * k + 1] = mlxcel::as_word(kv ? __hmul2(hi, factor) : hi);
+        }
+        unsigned char* to = operands + (pair * 2 + kv) * KV_BYTES;
+        *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c, KV_BLOCK)) = make_uint4(h[0], h[1], h[2], h[3]);
+        *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c + 1, KV_BLOCK)) = make_uint4(h[4], h[5], h[6], h[7]);
+      }
+    }
+    mlxcel::async_proxy_fence();
+  };
+  // A chunk landed: this thread's copies, then (after the barrier) everyone's.
+  auto landed = [&]() {
     mlxcel::copy_wait<STAGES - 2>();
     mlxcel::async_proxy_fence();
     __syncthreads();
+  };
+  if constexpr (OVERLAP) {   // the first chunk's operands; each next one's while a chunk's O += P V runs
+    if (chunk_begin < chunk_end) {
+      landed();
+      convert(0, chunk_begin & 1);
+      __syncthreads();
+    }
+  }
+  int buffer = 0;
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    // This chunk landed, in view of the MMA (OVERLAP: at the last chunk's
+    // end). The buffer staged next was read by MMAs waited for last chunk
+    // (int8: by its conversion, before the last chunk's closing barrier).
+    if constexpr (!OVERLAP) landed();
     copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
     const unsigned char* staged = ring + buffer * STAGE_BYTES;
     const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);   // [K, V][CHUNK][2]
-    if constexpr (QUANTIZED) {
-      // ---- 2b. int8: the chunk's codes into float16 operands, the whole block
-      // at once (16 codes a piece; the last chunk's MMAs were waited for) ----
-      constexpr int PIECES = CHUNK * VECS;
-      static_assert(PIECES % THREADS == 0, "whole passes over a chunk's pieces");
-      #pragma unroll
-      for (int kv = 0; kv < 2; ++kv) {
-        #pragma unroll
-        for (int i = 0; i < PIECES / THREADS; ++i) {
-          const int item = i * THREADS + threadIdx.x;
-          const int r = item / VECS, c = item % VECS;
-          const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
-          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-          const __half2 factor = __half2half2(kv ? scales[(CHUNK + r) * 2 + scale_half[r & 1]] : __float2half(1.f));
-          uint32_t h[8];
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const uint32_t flipped = words[k] ^ 0x80808080u;
-            const __half2 lo = mlxcel::int8_pair<0x4140>(flipped), hi = mlxcel::int8_pair<0x4342>(flipped);
-            h[2 * k] = mlxcel::as_word(kv ? __hmul2(lo, factor) : lo);
-            h[2 * k + 1] = mlxcel::as_word(kv ? __hmul2(hi, factor) : hi);
-          }
-          unsigned char* to = operands + kv * KV_BYTES;
-          *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c, KV_BLOCK)) = make_uint4(h[0], h[1], h[2], h[3]);
-          *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c + 1, KV_BLOCK)) = make_uint4(h[4], h[5], h[6], h[7]);
-        }
-      }
-      mlxcel::async_proxy_fence();
+    const int pair = OVERLAP ? chunk & 1 : 0;
+    if constexpr (QUANTIZED && !OVERLAP) {   // the last chunk's MMAs were waited for
+      convert(buffer, pair);
       __syncthreads();
     }
-    const uint32_t keys_at = mlxcel::shared_address(QUANTIZED ? operands : ring + buffer * STAGE_BYTES);
+    unsigned char* converted = operands + pair * 2 * KV_BYTES;    // int8: this chunk's operands
+    const uint32_t keys_at = mlxcel::shared_address(QUANTIZED ? converted : ring + buffer * STAGE_BYTES);
     const uint32_t values_at = keys_at + KV_BYTES;
 
     // ---- 3a. S = Q K^T: D / 16 k-steps, 32 bytes on within a column block ----
@@ -343,9 +366,17 @@ WARPGROUP_PARTIAL_SOURCE = r"""
       mlxcel::values_mma<TM, D>(acc, p[kt], mlxcel::smem_descriptor(values_at + kt * 16 * 128, KV_BLOCK / 16, 64));
     }
     mlxcel::mma_commit();
+    const int next = buffer + 1 == STAGES ? 0 : buffer + 1;
+    if constexpr (OVERLAP) {   // the next chunk's operands (the other pair) while this O += P V runs
+      if (chunk + 1 < chunk_end) {
+        landed();
+        convert(next, (chunk + 1) & 1);
+      }
+    }
     mlxcel::mma_wait();
     mlxcel::mma_settle(acc);
-    buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
+    if constexpr (OVERLAP) __syncthreads();   // the next operands in view of every warpgroup's MMA
+    buffer = next;
   }
 
   // ---- 5. write: each warp's 16 rows straight from its accumulators ----

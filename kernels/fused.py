@@ -241,13 +241,15 @@ class Platform:
         each and the ring's K and V chunks, unpadded (the layouts' swizzle
         spreads the banks), and the slack that starts them on a 1024-byte
         boundary (the swizzle's period). int8 pages: the ring holds the
-        partial kernel's stages, beside one chunk's K and V converted."""
+        partial kernel's stages, beside one chunk's K and V converted (two
+        chunks' in blocks of two warpgroups)."""
         rows = warps // 4 * WARPGROUP_ROWS
         chunk, stages = self.chunk_tokens, stages or self.stages
         if quant is None:
             return (rows + 2 * stages * chunk) * head_dim * 2 + 1024
         code_stage = 2 * chunk * (quant.code_width(head_dim) + CODE_ROW_PAD + staged_scale_bytes(quant, head_dim))
-        return (rows + 2 * chunk) * head_dim * 2 + stages * code_stage + 1024
+        pairs = 2 if warps >= 8 else 1                 # a block of two warpgroups converts the next chunk ahead
+        return (rows + 2 * pairs * chunk) * head_dim * 2 + stages * code_stage + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
                       stages: int | None = None) -> int:
