@@ -23,13 +23,13 @@ asynchronously, as FlashAttention-3 does:
   lse per tile and head), so the merge is unchanged.
 
 int8 pages (the partial kernel's stage of code rows and scales in the ring)
-are converted once a chunk, by the whole block, into one pair of float16 K
-and V operands in the layouts above, for every head group's products: keys as
-their exact codes (the token's scale multiplies its float32 scores), values
-dequantized with their token's scale, rounded once (the partial kernel's
-numerics). Where the partial kernel converts the staged codes in every
-head-splitting warp, once for each 16 heads, this converts them once for 64
-or 128.
+are converted once a chunk, by the whole block, into float16 K and V
+operands in the layouts above, for every head group's products: each
+dequantized with its token's scale and rounded once (so no scale waits
+between S and the softmax). Where the partial kernel converts the staged codes
+in every head-splitting warp, once for each 16 heads, this converts them once
+for 64 or 128. Blocks of two warpgroups hold two operand pairs and convert
+the next chunk while this chunk's O += P V runs.
 
 Shared memory layouts (the PTX ISA's canonical GMMA layouts, 128-byte swizzle):
 a matrix of rows of D 16-bit elements is stored as D/64 column blocks of
@@ -252,14 +252,14 @@ WARPGROUP_PARTIAL_SOURCE = r"""
         const int r = item / VECS, c = item % VECS;
         const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        const __half2 factor = __half2half2(kv ? scales[(CHUNK + r) * 2 + scale_half[r & 1]] : __float2half(1.f));
+        const __half2 factor = __half2half2(scales[(kv * CHUNK + r) * 2 + scale_half[r & 1]]);
         uint32_t h[8];
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const uint32_t flipped = words[k] ^ 0x80808080u;
           const __half2 lo = mlxcel::int8_pair<0x4140>(flipped), hi = mlxcel::int8_pair<0x4342>(flipped);
-          h[2 * k] = mlxcel::as_word(kv ? __hmul2(lo, factor) : lo);
-          h[2 * k + 1] = mlxcel::as_word(kv ? __hmul2(hi, factor) : hi);
+          h[2 * k] = mlxcel::as_word(__hmul2(lo, factor));
+          h[2 * k + 1] = mlxcel::as_word(__hmul2(hi, factor));
         }
         unsigned char* to = operands + (pair * 2 + kv) * KV_BYTES;
         *reinterpret_cast<uint4*>(to + mlxcel::swizzled(r, 2 * c, KV_BLOCK)) = make_uint4(h[0], h[1], h[2], h[3]);
@@ -288,8 +288,6 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     // (int8: by its conversion, before the last chunk's closing barrier).
     if constexpr (!OVERLAP) landed();
     copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
-    const unsigned char* staged = ring + buffer * STAGE_BYTES;
-    const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);   // [K, V][CHUNK][2]
     const int pair = OVERLAP ? chunk & 1 : 0;
     if constexpr (QUANTIZED && !OVERLAP) {   // the last chunk's MMAs were waited for
       convert(buffer, pair);
@@ -311,15 +309,6 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::mma_commit();
     mlxcel::mma_wait();
     mlxcel::mma_settle(s);
-    if constexpr (QUANTIZED) {   // int8 keys: each token's scale (this lane's columns 2 tig, 2 tig + 1 of a tile)
-      #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int token = nt * 8 + 2 * tig;
-        const float even = __half2float(scales[2 * token + scale_half[0]]);
-        const float odd = __half2float(scales[2 * token + 2 + scale_half[1]]);
-        s[nt * 4] *= even; s[nt * 4 + 1] *= odd; s[nt * 4 + 2] *= even; s[nt * 4 + 3] *= odd;
-      }
-    }
 
     // ---- 4. mask and online softmax (the partial kernel's, 64 tokens a step) ----
     const int slot0 = chunk * CHUNK;
