@@ -84,9 +84,11 @@ WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel ow
 # 8192 x 32 step (one process, A B B A), 16-bit level 0 took 0.69 / 0.74 ms a
 # step with two, 0.62 / 0.64 with one (one 8-warp block an SM by registers
 # against two of 4 warps, which overlap one's softmax with the other's
-# products). int8 blocks also convert each staged chunk into operands, once
-# a block: two warpgroups and a ring of three were 4-7% faster than one
-# warpgroup and two (the kernel, H100: 8192 and 32768 shared x 32).
+# products; in turn-taking blocks of two, no faster, H100). int8 blocks also
+# convert each staged chunk into operands, once a block: two warpgroups and a
+# ring of three were 4-7% faster than one warpgroup and two, and 11% faster
+# again at 32768 with the next chunk converted under this one's O += P V
+# (the kernel, H100: 8192 and 32768 shared x 32; a ring of four no faster).
 WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
