@@ -1,5 +1,5 @@
 """Cascade level 0 on Hopper's warpgroup MMA (``wgmma``, sm_90a): the CUDA
-partial kernel's stacked launch, for 16-bit pages.
+partial kernel's stacked launch, for 16-bit and int8 pages.
 
 A stacked level runs many query heads (M members x G) against one span, so
 its product has the shape of a prefill's, where ``mma.sync`` (the partial
