@@ -1,11 +1,12 @@
 """int8's stacked level with keys dequantized in its conversion (branch kscale), against main's kernel
-(main_cuda_warpgroup.py, main's kernels/cuda_warpgroup.py beside it) loaded in the same process. Main's kernel
-converts key codes exactly and multiplies each token's scale into its float32 scores after the S products: 16
-shared-memory scale reads and 32 multiplies a thread a chunk between the products' wait and the softmax, the
-chunk's critical path. The branch multiplies the key scales in the conversion (as the values' already are), which
-blocks of two warpgroups run under the last chunk's O += P V; the SASS loop falls from 888 to 835 instructions a
-thread a chunk. The fused cascade step at each cell, bf16 and int8 pages; the int8 arms differ by the keys' float16
-rounding, each within the codes' rounding of bf16 flat. Writes OUT/faster when the branch is faster at 32K.
+(run75-pingpong's main_cuda_warpgroup.py: main's kernels/cuda_warpgroup.py as it was) loaded in the same process.
+Main's kernel converts key codes exactly and multiplies each token's scale into its float32 scores after the S
+products: 16 shared-memory scale reads and 32 multiplies a thread a chunk between the products' wait and the
+softmax, the chunk's critical path. The branch multiplies the key scales in the conversion (as the values' already
+are), which blocks of two warpgroups run under the last chunk's O += P V; the SASS loop falls from 888 to 835
+instructions a thread a chunk. The fused cascade step at each cell, bf16 and int8 pages; the int8 arms differ by
+the keys' float16 rounding, each within the codes' rounding of bf16 flat. Writes OUT/faster when the branch is
+faster at 32K.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
@@ -28,8 +29,8 @@ TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative
 
 def main_kernels() -> fused.FusedKernels:
     """The CUDA kernels with main's warpgroup kernel in their library."""
-    spec = importlib.util.spec_from_file_location("main_cuda_warpgroup", Path(__file__).with_name(
-        "main_cuda_warpgroup.py"))
+    spec = importlib.util.spec_from_file_location("main_cuda_warpgroup", Path(__file__).parent.parent /
+                                                  "run75-pingpong" / "main_cuda_warpgroup.py")
     main = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(main)
     library = cuda.KERNELS.platform.header

@@ -1,12 +1,12 @@
 """int8's stacked level with a producer warpgroup (git branch producer; producer.patch on main at b733aa9), against
-main's kernel (main_cuda_warpgroup.py, main's kernels/cuda_warpgroup.py beside it) loaded in the same process.
-Main's blocks of two warpgroups stage, convert and multiply in lockstep (the next chunk converted under O += P V,
-two barriers a chunk). The branch adds a third warpgroup that stages each chunk and converts it into one of two
-operand pairs, handing pairs to the two consumer warpgroups and back by named barriers (FlashAttention-3's warp
-specialization); the consumers run S, softmax and O += P V without block-wide barriers. The same conversions and
-products: the two int8 arms must agree bit for bit, each within the codes' rounding of bf16 flat. Main's arm
-launches its 256 threads (the branch's launch adds 128 for the producer). Writes OUT/faster when the branch is
-faster at 32K.
+main's kernel (run78-pipelined's main_cuda_warpgroup.py: main's kernels/cuda_warpgroup.py as it was) loaded in the
+same process. Main's blocks of two warpgroups stage, convert and multiply in lockstep (the next chunk converted
+under O += P V, two barriers a chunk). The branch adds a third warpgroup that stages each chunk and converts it
+into one of two operand pairs, handing pairs to the two consumer warpgroups and back by named barriers
+(FlashAttention-3's warp specialization); the consumers run S, softmax and O += P V without block-wide barriers.
+The same conversions and products: the two int8 arms must agree bit for bit, each within the codes' rounding of
+bf16 flat. Main's arm launches its 256 threads (the branch's launch adds 128 for the producer). Writes OUT/faster
+when the branch is faster at 32K.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
@@ -30,8 +30,8 @@ TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative
 def main_kernels() -> fused.FusedKernels:
     """The CUDA kernels with main's warpgroup kernel in their library (its staging: this branch's, one more
     operand pair than it reads, which leaves its one block an SM as it was)."""
-    spec = importlib.util.spec_from_file_location("main_cuda_warpgroup", Path(__file__).with_name(
-        "main_cuda_warpgroup.py"))
+    spec = importlib.util.spec_from_file_location("main_cuda_warpgroup", Path(__file__).parent.parent /
+                                                  "run78-pipelined" / "main_cuda_warpgroup.py")
     main = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(main)
     library = cuda.KERNELS.platform.header
