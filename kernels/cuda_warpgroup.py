@@ -187,7 +187,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   // Each warpgroup's Q, the converted operands (int8), then the ring the
   // warpgroups share (they read every chunk's K and V).
   const uint32_t q_at = mlxcel::shared_address(base) + (warp / 4) * Q_BYTES;       // [D / 64][64][128 B]
-  unsigned char* operands = base + (WARPS / 4) * Q_BYTES;                    // [2][K, V][D / 64][CHUNK][128 B]
+  unsigned char* operands = base + (WARPS / 4) * Q_BYTES;              // [pairs][K, V][D / 64][CHUNK][128 B]
   unsigned char* ring = operands + OPERAND_BYTES;                                   // [STAGES][STAGE_BYTES]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----

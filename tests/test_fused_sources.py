@@ -127,13 +127,20 @@ def test_warpgroup_kernel_fits_its_grids_share_of_an_sm(tmp_path, pool, head_dim
     # The level-0 grid (256 blocks of 4 warps, 128 of 8) puts about two
     # warpgroups on an SM: they fit, by registers and by shared memory (Q and
     # the double-buffered ring), without spills.
-    unit = warpgroup_unit(pool, head_dim, 2, q_dtype, warps)
-    registers, spills = resources(compile_unit(unit, tmp_path, "sm_90a"))
+    assert_warpgroups_fit_an_sm(tmp_path, pool, head_dim, 2, q_dtype, warps)
+
+
+def assert_warpgroups_fit_an_sm(tmp_path: Path, pool: str, head_dim: int, stages: int, q_dtype: str,
+                                warps: int) -> None:
+    """Two warpgroups' worth of blocks of ``warps`` (a level-0 grid's share of an SM) fit it by registers
+    and by shared memory, without spills."""
+    registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, stages, q_dtype, warps), tmp_path,
+                                               "sm_90a"))
     blocks = 8 // warps
+    quant = INT8 if pool == "int8" else None
     assert spills == 0
     assert blocks * block_registers(registers, warps) <= 65536
-    quant = INT8 if pool == "int8" else None
-    assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps, quant=quant) <= 227 * 1024
+    assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps, stages, quant) <= 227 * 1024
 
 
 @needs_nvcc
@@ -143,15 +150,9 @@ def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim, full)
     # The format's block as shipped (WARPGROUP_BLOCKS: int8 two warpgroups
     # and a ring of three), and its ring in a block of one warpgroup (a level
     # of 64 heads or fewer), fit a level-0 grid's share of an SM without spills.
-    p = cuda.KERNELS.platform
-    quant = INT8 if pool == "int8" else None
-    warpgroups, stages = fused.WARPGROUP_BLOCKS[quant and quant.name]
-    warps, stages = 4 * (warpgroups if full else 1), stages or p.stages
-    registers, spills = resources(compile_unit(warpgroup_unit(pool, head_dim, stages, "bfloat16", warps), tmp_path,
-                                               "sm_90a"))
-    blocks = 8 // warps
-    assert spills == 0 and blocks * block_registers(registers, warps) <= 65536
-    assert blocks * p.warpgroup_staging_bytes(head_dim, warps, stages, quant) <= 227 * 1024
+    warpgroups, stages = fused.WARPGROUP_BLOCKS["int8" if pool == "int8" else None]
+    assert_warpgroups_fit_an_sm(tmp_path, pool, head_dim, stages or cuda.KERNELS.platform.stages, "bfloat16",
+                                4 * (warpgroups if full else 1))
 
 
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
