@@ -332,10 +332,10 @@ struct ChunkCopies {
   int page_offset, pass_elements;
 
   __device__ __forceinline__ ChunkCopies(const int32_t* indices, int page_begin, int page_count, int first_slot,
-                                         int end_slot, int kv_heads, int kv_head)
+                                         int end_slot, int kv_heads, int kv_head, int thread = threadIdx.x)
       : indices(indices), page_begin(page_begin), page_count(page_count), first_slot(first_slot),
-        end_slot(end_slot), kv_heads(kv_heads), kv_head(kv_head), pass_row(threadIdx.x / VECS),
-        part(threadIdx.x % VECS), page_elements(size_t(BLOCK) * kv_heads * D),
+        end_slot(end_slot), kv_heads(kv_heads), kv_head(kv_head), pass_row(thread / VECS),
+        part(thread % VECS), page_elements(size_t(BLOCK) * kv_heads * D),
         page_offset((pass_row * kv_heads + kv_head) * D + part * 8), pass_elements(PASS_ROWS * kv_heads * D) {}
 
   // A chunk's page lookups, all in flight together, issued a chunk before its

@@ -118,6 +118,13 @@ __device__ __forceinline__ void mma_settle(float (&d)[N]) {
   #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
+// Named barrier `id` of `count` threads: arrive without waiting, or wait for all.
+__device__ __forceinline__ void barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
 // Shared memory written by this thread (stores, cp.async) is seen by the MMA's reads.
 __device__ __forceinline__ void async_proxy_fence() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -158,8 +165,14 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   // (two pairs would leave its SM one block).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
   constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
-  constexpr bool OVERLAP = QUANTIZED && WARPS >= 8;
-  constexpr int OPERAND_BYTES = QUANTIZED ? (OVERLAP ? 4 : 2) * KV_BYTES : 0;
+  // int8 blocks of two warpgroups: a third, the producer, stages and
+  // converts chunks into two operand pairs while the two consumers' products
+  // and softmaxes run (FlashAttention-3's warp specialization; named
+  // barriers FULL + pair and EMPTY + pair hand a pair over and back).
+  constexpr bool PRODUCER = QUANTIZED && WARPS >= 8;
+  constexpr int COPY_THREADS = PRODUCER ? 128 : THREADS;   // the threads that stage and convert
+  constexpr int PRODUCER_BARRIER = 1, CONSUMER_BARRIER = 2, FULL = 3, EMPTY = 5;
+  constexpr int OPERAND_BYTES = QUANTIZED ? (PRODUCER ? 4 : 2) * KV_BYTES : 0;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -191,8 +204,10 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   unsigned char* ring = operands + OPERAND_BYTES;                                   // [STAGES][STAGE_BYTES]
 
   // ---- 1. Q, scaled, in the swizzled layout (rows past the heads: zeros) ----
+  const bool producer = PRODUCER && warp >= WARPS;
   #pragma unroll
   for (int i = 0; i < ROWS * OPERAND_VECS / THREADS; ++i) {
+    if (producer) break;
     const int item = i * THREADS + threadIdx.x;
     const int r = item / OPERAND_VECS, piece = item % OPERAND_VECS;
     const int head = group * ROWS + r;
@@ -209,9 +224,10 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   }
 
   // ---- 2. staging (the partial kernel's copies, into the swizzled layout) ----
-  using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
+  using Copies = mlxcel::ChunkCopies<VECS, COPY_THREADS, CHUNK, BLOCK>;
   constexpr int LOOKUPS = Copies::LOOKUPS;
-  const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head);
+  const int copy_thread = PRODUCER ? threadIdx.x % 128 : threadIdx.x;
+  const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head, copy_thread);
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
     unsigned char* keys = ring + buffer * STAGE_BYTES;
     copies.stage(chunk, [&](bool at_ends) {
@@ -236,19 +252,19 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   const int chunk_begin = first_slot / CHUNK;
   const int chunk_end = (end_slot + CHUNK - 1) / CHUNK;
   int pages[LOOKUPS];
-  copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
+  if (!PRODUCER || producer) copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
   // ---- 2b. int8: a chunk's codes (ring buffer `from`) into float16
   // operands (pair `pair`), the whole block at once, 16 codes a piece ----
   auto convert = [&](int from, int pair) {
     const unsigned char* staged = ring + from * STAGE_BYTES;
     const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);
     constexpr int PIECES = CHUNK * VECS;
-    static_assert(PIECES % THREADS == 0, "whole passes over a chunk's pieces");
+    static_assert(PIECES % COPY_THREADS == 0, "whole passes over a chunk's pieces");
     #pragma unroll
     for (int kv = 0; kv < 2; ++kv) {
       #pragma unroll
-      for (int i = 0; i < PIECES / THREADS; ++i) {
-        const int item = i * THREADS + threadIdx.x;
+      for (int i = 0; i < PIECES / COPY_THREADS; ++i) {
+        const int item = i * COPY_THREADS + copy_thread;
         const int r = item / VECS, c = item % VECS;
         const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
@@ -274,24 +290,40 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::async_proxy_fence();
     __syncthreads();
   };
-  if constexpr (OVERLAP) {   // the first chunk's operands; each next one's while a chunk's O += P V runs
-    if (chunk_begin < chunk_end) {
-      landed();
-      convert(0, chunk_begin & 1);
-      __syncthreads();
+  if constexpr (PRODUCER) {
+    if (producer) {   // each chunk: landed, the next staged, its pair free again, converted, handed over
+      int buffer = 0;
+      for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+        const int n = chunk - chunk_begin;
+        mlxcel::copy_wait<STAGES - 2>();
+        mlxcel::barrier_sync(PRODUCER_BARRIER, 128);
+        copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
+        if (n >= 2) mlxcel::barrier_sync(EMPTY + (n & 1), THREADS + 128);
+        convert(buffer, n & 1);
+        mlxcel::barrier_arrive(FULL + (n & 1), THREADS + 128);
+        buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
+      }
+      return;
     }
+    mlxcel::async_proxy_fence();                   // Q in view of the consumers' MMAs
+    mlxcel::barrier_sync(CONSUMER_BARRIER, THREADS);
   }
   int buffer = 0;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    // This chunk landed, in view of the MMA (OVERLAP: at the last chunk's
-    // end). The buffer staged next was read by MMAs waited for last chunk
-    // (int8: by its conversion, before the last chunk's closing barrier).
-    if constexpr (!OVERLAP) landed();
-    copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
-    const int pair = OVERLAP ? chunk & 1 : 0;
-    if constexpr (QUANTIZED && !OVERLAP) {   // the last chunk's MMAs were waited for
-      convert(buffer, pair);
-      __syncthreads();
+    // This chunk landed, in view of the MMA (PRODUCER: converted into its
+    // pair). The buffer staged next was read by MMAs waited for last chunk
+    // (int8: by its conversion).
+    const int n = chunk - chunk_begin;
+    const int pair = PRODUCER ? n & 1 : 0;
+    if constexpr (PRODUCER) {
+      mlxcel::barrier_sync(FULL + pair, THREADS + 128);
+    } else {
+      landed();
+      copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
+      if constexpr (QUANTIZED) {   // the last chunk's MMAs were waited for
+        convert(buffer, pair);
+        __syncthreads();
+      }
     }
     unsigned char* converted = operands + pair * 2 * KV_BYTES;    // int8: this chunk's operands
     const uint32_t keys_at = mlxcel::shared_address(QUANTIZED ? converted : ring + buffer * STAGE_BYTES);
@@ -355,17 +387,10 @@ WARPGROUP_PARTIAL_SOURCE = r"""
       mlxcel::values_mma<TM, D>(acc, p[kt], mlxcel::smem_descriptor(values_at + kt * 16 * 128, KV_BLOCK / 16, 64));
     }
     mlxcel::mma_commit();
-    const int next = buffer + 1 == STAGES ? 0 : buffer + 1;
-    if constexpr (OVERLAP) {   // the next chunk's operands (the other pair) while this O += P V runs
-      if (chunk + 1 < chunk_end) {
-        landed();
-        convert(next, (chunk + 1) & 1);
-      }
-    }
     mlxcel::mma_wait();
     mlxcel::mma_settle(acc);
-    if constexpr (OVERLAP) __syncthreads();   // the next operands in view of every warpgroup's MMA
-    buffer = next;
+    if (PRODUCER && chunk + 2 < chunk_end) mlxcel::barrier_arrive(EMPTY + pair, THREADS + 128);   // pair free
+    buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
   }
 
   // ---- 5. write: each warp's 16 rows straight from its accumulators ----

@@ -382,10 +382,13 @@ class FusedKernels:
             kind = f"merged_{kind}"
             template += [("DEPTHS", merge[0]), ("MEMBER_IS_ROW", merge[1]), ("TO", shape.q_dtype)]
             outputs = dict(output_shapes=[(tiles, shape.q_heads, d)], output_dtypes=[shape.q_dtype])
+        threads = layout.warps * 32
+        if layout.warpgroup and quant is not None and layout.warps >= 8:
+            threads += 128                 # the int8 kernel's producer warpgroup (cuda_warpgroup's PRODUCER)
         return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
             template=template,
-            grid=(tiles * layout.groups * layout.warps * 32, hkv, 1),
-            threadgroup=(layout.warps * 32, 1, 1),
+            grid=(tiles * layout.groups * threads, hkv, 1),
+            threadgroup=(threads, 1, 1),
             **outputs,
         ))
 
