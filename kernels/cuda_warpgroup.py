@@ -28,8 +28,11 @@ operands in the layouts above, for every head group's products: each
 dequantized with its token's scale and rounded once (so no scale waits
 between S and the softmax). Where the partial kernel converts the staged codes
 in every head-splitting warp, once for each 16 heads, this converts them once
-for 64 or 128. Blocks of two warpgroups hold two operand pairs and convert
-the next chunk while this chunk's O += P V runs.
+for 64 or 128. Blocks of two warpgroups get a third, the producer (as
+FlashAttention-3 specializes warps): it stages and converts each chunk into
+one of two operand pairs while the two consumers' products and softmaxes
+run, and named barriers hand each pair over and back, so the consumers never
+wait on a block-wide barrier.
 
 Shared memory layouts (the PTX ISA's canonical GMMA layouts, 128-byte swizzle):
 a matrix of rows of D 16-bit elements is stored as D/64 column blocks of
@@ -159,16 +162,15 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
   // The ring's chunks: 16-bit K and V in the MMA's layouts, or int8 pages'
   // stage (the partial kernel's: code rows 16 bytes apart, then scales)
-  // beside the converted operands: blocks of two warpgroups (OVERLAP) hold
-  // two pairs, the next chunk's converted while this chunk's O += P V reads
-  // its pair; a block of one holds one pair, converted at its chunk's start
-  // (two pairs would leave its SM one block).
+  // beside the converted operands: two pairs where a producer converts
+  // (below), one in a block of one warpgroup, converted at its chunk's start
+  // by the whole block (two would leave its SM one block).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
   constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
   // int8 blocks of two warpgroups: a third, the producer, stages and
   // converts chunks into two operand pairs while the two consumers' products
-  // and softmaxes run (FlashAttention-3's warp specialization; named
-  // barriers FULL + pair and EMPTY + pair hand a pair over and back).
+  // and softmaxes run (named barriers FULL + pair and EMPTY + pair hand a
+  // pair over and back). The launch adds its threads: fused.block_threads.
   constexpr bool PRODUCER = QUANTIZED && WARPS >= 8;
   constexpr int COPY_THREADS = PRODUCER ? 128 : THREADS;   // the threads that stage and convert
   constexpr int PRODUCER_BARRIER = 1, CONSUMER_BARRIER = 2, FULL = 3, EMPTY = 5;

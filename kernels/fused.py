@@ -86,10 +86,21 @@ WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel ow
 # against two of 4 warps, which overlap one's softmax with the other's
 # products; in turn-taking blocks of two, no faster, H100). int8 blocks also
 # convert each staged chunk into operands, once a block: two warpgroups and a
-# ring of three were 4-7% faster than one warpgroup and two, and 11% faster
-# again at 32768 with the next chunk converted under this one's O += P V
-# (the kernel, H100: 8192 and 32768 shared x 32; a ring of four no faster).
+# ring of three were 4-7% faster than one warpgroup and two, 11% faster again
+# at 32768 with the next chunk converted under this one's O += P V, and 9%
+# faster again with a producer warpgroup converting for both (the kernel,
+# H100: 8192 and 32768 shared x 32; a ring of four no faster).
 WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
+
+
+
+def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
+    """A partial launch's block: its layout's warps, and for int8 pages'
+    blocks of two or more warpgroups the producer warpgroup that stages and
+    converts their chunks (cuda_warpgroup's PRODUCER)."""
+    producer = layout.warpgroup and quant is not None and layout.warps >= 8
+    return 32 * layout.warps + (128 if producer else 0)
+
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]
 # Quantized pools: k_pool / v_pool are the codes, their scales and zeros follow (int8: zeros a placeholder).
@@ -382,9 +393,7 @@ class FusedKernels:
             kind = f"merged_{kind}"
             template += [("DEPTHS", merge[0]), ("MEMBER_IS_ROW", merge[1]), ("TO", shape.q_dtype)]
             outputs = dict(output_shapes=[(tiles, shape.q_heads, d)], output_dtypes=[shape.q_dtype])
-        threads = layout.warps * 32
-        if layout.warpgroup and quant is not None and layout.warps >= 8:
-            threads += 128                 # the int8 kernel's producer warpgroup (cuda_warpgroup's PRODUCER)
+        threads = block_threads(layout, quant)
         return Launch(self._kernel(kind, d, layout.warps, quant, stages), dict(
             template=template,
             grid=(tiles * layout.groups * threads, hkv, 1),

@@ -43,6 +43,12 @@ def block_registers(registers: int, warps: int = 4) -> int:
     return warps * -(-32 * registers // 256) * 256
 
 
+def warpgroup_block_warps(warps: int, quant) -> int:
+    """The warps a warpgroup block of ``warps`` launches (int8's add the producer's)."""
+    layout = replace(tile_plan.head_layout(16 * warps, warps, warps), warpgroup=True)
+    return fused.block_threads(layout, quant) // 32
+
+
 # A quantized format's name -> its codes' dtype name.
 CODE_DTYPES = {"int8": "int8", "int4": "uint8"}
 
@@ -139,7 +145,7 @@ def assert_warpgroups_fit_an_sm(tmp_path: Path, pool: str, head_dim: int, stages
     blocks = 8 // warps
     quant = INT8 if pool == "int8" else None
     assert spills == 0
-    assert blocks * block_registers(registers, warps) <= 65536
+    assert blocks * block_registers(registers, warpgroup_block_warps(warps, quant)) <= 65536
     assert blocks * cuda.KERNELS.platform.warpgroup_staging_bytes(head_dim, warps, stages, quant) <= 227 * 1024
 
 
@@ -255,7 +261,7 @@ def test_each_formats_stacked_level_launches_its_warpgroup_block(monkeypatch, po
     assert (warpgroups, stages) == ((2, 3) if quant else (1, None))
     options = step.levels[0].launch.options
     tiles = step.levels[0].geometry.size // 5
-    assert options["threadgroup"][0] == 128 * warpgroups + (128 if quant else 0)   # int8: its producer warpgroup
+    assert options["threadgroup"][0] == 128 * warpgroups + (128 if quant else 0)   # int8: and the producer's
     assert options["grid"][0] == tiles * (2 // warpgroups) * options["threadgroup"][0]   # head groups a tile
     level = next(spec for spec in made if "warpgroup" in spec["name"])
     assert level["shared_memory"] == platform.warpgroup_staging_bytes(128, 4 * warpgroups, stages, quant)
