@@ -1,9 +1,10 @@
-# Run 80 (git branch producer, not yet run): the reads that decide whether int8's producer warpgroup merges.
+# Run 80 (git branch producer, merged after it): the reads that decided int8's producer warpgroup merges.
 # `run.sh kernel`: the int8 fused-kernel GPU tests under NaN poisoning, then run 79's probe twice (main's kernel
 # against the branch's, 8K and 32K x 32). `run.sh e2e`, twice on the same warm machine: the 32 x 32K cell (bf16
 # and int8 pages, cascade and flat, ABBA in one process). Merge if both e2e reads put cascade int8 / cascade bf16
 # at or above main's 0.94-0.95x (run 74) and the probes agree with run 79.
-# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
+# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w. Output: kernel/ (tests.log,
+# probe1.md, probe2.md), e2e-1/ and e2e-2/ (the two e2e reads), all on one warm H100 80GB HBM3.
 set -u
 source benchmarks/device_env.sh || exit 1
 if [ "$1" = kernel ]; then
