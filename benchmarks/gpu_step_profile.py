@@ -18,7 +18,8 @@ The byte floor of a step is what it must read at least: every weight once
 (the model's own arrays; an untied embedding table is only gathered from) and
 the KV pages its attention reads (cascade: each shared page once; flat: every
 row's pages), over the copy bandwidth measured in the same run. Writes
-step_profile.json and step_profile.md.
+step_profile.json and step_profile.md. ``--kv-dtypes bfloat16,int8`` profiles both arms
+of every KV page format, so a quantized format's extra kernels show beside the first's.
 """
 
 from __future__ import annotations
@@ -158,9 +159,9 @@ def timed_async_eval():
         mx.async_eval = real
 
 
-def profile_arm(loaded: LoadedModel, batch: list[list[int]], args, cascade: bool, bandwidth: float,
-                weights: int) -> dict:
-    engine = e2e.make_engine(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared)
+def profile_arm(loaded: LoadedModel, batch: list[list[int]], args, cascade: bool, kv_dtype: str | None,
+                bandwidth: float, weights: int) -> dict:
+    engine = e2e.make_engine(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype)
     window = Window(gpu_profiler(), len(batch), args.profile_steps, args.skip_steps)
     with timed_async_eval() as encode_s:
         run = e2e.run_engine(engine, batch, args.new_tokens, window)
@@ -227,6 +228,8 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=10)
     parser.add_argument("--skip-steps", type=int, default=8, help="full-batch steps before the window opens")
     parser.add_argument("--copy-mib", type=int, default=1024)
+    parser.add_argument("--kv-dtypes", default="bfloat16",
+                        help="comma-separated KV page formats; each gets both arms (after the first: _<format>)")
     parser.add_argument("--compare-layer-ops", action="store_true",
                         help=f"also run each arm with {LAYER_OPS_ENV}=composed (MLX's ops for the layer ops)")
     args = parser.parse_args()
@@ -239,11 +242,14 @@ def main() -> None:
               "mlx_graph_limits": {k: os.environ.get(k) for k in e2e.MLX_GRAPH_LIMITS},
               "shared": args.shared, "new_tokens": args.new_tokens,
               "copy_bandwidth_Bps": copy_bandwidth(args.copy_mib), "weight_bytes": weight_bytes(loaded), "arms": {}}
+    kv_dtypes = args.kv_dtypes.split(",")
     arms = {**ARMS, **COMPOSED_ARMS} if args.compare_layer_ops else ARMS
-    e2e.warm_up(loaded, batch, args.block_size, args.shared, new_tokens=args.new_tokens)
-    for name, cascade in sorted(arms.items(), key=lambda arm: not arm[1]):    # the cascade arms side by side
-        os.environ[LAYER_OPS_ENV] = "composed" if name.endswith("_composed") else ""
-        report["arms"][name] = profile_arm(loaded, batch, args, cascade, report["copy_bandwidth_Bps"],
+    arms = {name + ("" if kv == kv_dtypes[0] else "_" + kv): (cascade, kv)
+            for kv in kv_dtypes for name, cascade in arms.items()}
+    e2e.warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), new_tokens=args.new_tokens)
+    for name, (cascade, kv) in sorted(arms.items(), key=lambda arm: not arm[1][0]):   # cascade arms side by side
+        os.environ[LAYER_OPS_ENV] = "composed" if "_composed" in name else ""
+        report["arms"][name] = profile_arm(loaded, batch, args, cascade, kv, report["copy_bandwidth_Bps"],
                                            report["weight_bytes"])
         print(name, json.dumps({k: v for k, v in report["arms"][name].items() if not k.endswith("each")
                                 and k != "tokens"}), flush=True)
