@@ -1,6 +1,7 @@
 # Run 82: the kernel bench's KV-dtype arms (8192 x 32) on main with int8's producer warpgroup (run 80 merged it),
 # read twice in one call on one machine.
-# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w. Output: out1/, out2/.
+# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w. Called twice on one warm
+# H100 80GB HBM3: its out1/, out2/ are read1/, read2/ here, then read3/, read4/.
 set -u
 source benchmarks/device_env.sh || exit 1
 for read in 1 2; do
