@@ -1,9 +1,9 @@
-"""int8's stacked level with its consumers out of lockstep (offset.patch beside this file, on main at 2255798): each consumer warpgroup waits for
-the producer's hand-over only, and the second starts once the first has its first scores. Against main's kernel
-(main_cuda_warpgroup.py beside this file, main's kernels/cuda_warpgroup.py saved there, where both consumers wait on one
-barrier a chunk) loaded in the same process, on the same launches. The same conversions and products: the two
-int8 arms must agree bit for bit, each within the codes' rounding of bf16 flat. Writes OUT/faster when the
-branch is faster at 32K.
+"""int8's stacked level with its consumers out of lockstep (offset.patch beside this file, on main at
+2255798): each consumer warpgroup waits for the producer's hand-over only, and the second starts once the first
+has its first scores. Against main's kernel (main_cuda_warpgroup.py beside this file: main's
+kernels/cuda_warpgroup.py saved there, where both consumers wait on one barrier a chunk) loaded in the same
+process, on the same launches. The same conversions and products: the two int8 arms must agree bit for bit,
+each within the codes' rounding of bf16 flat. Writes OUT/faster when the branch is faster at 32K.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
