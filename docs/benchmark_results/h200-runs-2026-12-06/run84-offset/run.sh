@@ -1,5 +1,6 @@
-# Run 84 (offset.patch on main at 2255798; not kept): the int8 warpgroup GPU tests of blocks of two warpgroups under NaN poisoning, then
-# probe.py twice (main's kernel against the branch's, 8K and 32K x 32). The device time left no end-to-end read.
+# Run 84 (offset.patch on main at 2255798; not kept): the int8 warpgroup GPU tests of blocks of two
+# warpgroups under NaN poisoning, then probe.py twice (main's kernel against the patched one, 8K and 32K x 32).
+# The device time left no end-to-end read.
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w. Output: out/. To rerun,
 # apply offset.patch and save main's kernels/cuda_warpgroup.py beside probe.py as main_cuda_warpgroup.py.
 set -u
