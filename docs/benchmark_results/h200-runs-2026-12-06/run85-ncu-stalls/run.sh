@@ -9,6 +9,6 @@ timeout 400 ncu --clock-control none --kernel-name regex:warpgroup --launch-coun
   python3 docs/benchmark_results/h200-runs-2026-12-06/run79-producer/probe.py /tmp/probe 32768x32 \
   > $OUT/ncu.txt 2>&1
 echo "ncu exit $? at $SECONDS s"
-grep -E "Profiling|issue_stalled_[a-z_]+_per_warp_active.pct|gpu__time_duration.sum" $OUT/ncu.txt \
-  | awk '$NF+0 > 2 || /Profiling|duration/' > $OUT/stalls.txt
-cat $OUT/stalls.txt | cut -c1-160 | head -80
+grep -E "Profiling|custom_kernel.*Context|average_warps_issue_stalled_.*_per_issue_active|gpu__time_duration.sum" \
+  $OUT/ncu.txt > $OUT/stalls.txt
+grep -v "Profiling" $OUT/stalls.txt | awk '/Context/ {print substr($1, 1, 60); next} $NF+0 >= 0.1' | head -90
