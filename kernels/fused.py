@@ -93,7 +93,6 @@ WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel ow
 WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 
-
 def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
     """A partial launch's block: its layout's warps, and for int8 pages'
     blocks of two or more warpgroups the producer warpgroup that stages and
