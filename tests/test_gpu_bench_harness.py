@@ -139,3 +139,22 @@ def test_the_e2e_token_check_scores_the_rows_where_arms_part():
     assert e2e.scored_rows(report, 5) == [0, 1, 2, 3, 4]
     many = {"flat_vs_mlx_lm_tokens": {"parted_rows": list(range(2, 30))}}
     assert e2e.scored_rows(many, 32) == [0, 1, 2, 3, 4, 5, 31]       # the first PARTED_ROWS_SCORED parted rows
+
+
+def test_the_step_profile_profiles_each_kv_page_format_on_any_device(tiny_model_path, tmp_path, monkeypatch):
+    import json
+
+    import gpu_step_profile as profile
+    monkeypatch.setattr(sys, "argv", [
+        "gpu_step_profile.py", "--out", str(tmp_path), "--model", str(tiny_model_path), "--sessions", "2",
+        "--shared", "64", "--suffix", "8", "--new-tokens", "10", "--skip-steps", "2", "--profile-steps", "3",
+        "--copy-mib", "4", "--kv-dtypes", "float32,int8"])
+    profile.main()
+    report = json.loads((tmp_path / "step_profile.json").read_text())
+    arms = report["arms"]
+    assert set(arms) == {"cascade", "flat", "cascade_int8", "flat_int8"}
+    assert all(arm["steps"] > 0 and arm["host_ms"] > 0 for arm in arms.values())
+    # Each arm ran on its own page format: an int8 page holds a token's head in D + 2 bytes, float32 in 4 D.
+    assert arms["flat_int8"]["kv_bytes_per_step"] < 0.3 * arms["flat"]["kv_bytes_per_step"]
+    assert arms["cascade_int8"]["kv_bytes_per_step"] < 0.3 * arms["cascade"]["kv_bytes_per_step"]
+    assert set(report["arms_agree"]) == {"flat", "cascade_int8", "flat_int8"}
