@@ -1,9 +1,8 @@
-"""int8's stacked level with its consumers pipelined (pipelined.patch beside this file): chunk n's O += P V runs
-while chunk n + 1's scores are softmaxed, on three operand pairs. Against main's kernel (main_cuda_warpgroup.py beside this
-file: main's kernels/cuda_warpgroup.py saved there) loaded in the same process, on the same launches. The same
+"""int8's stacked level with its consumers pipelined (pipelined.patch beside this file): chunk n's O += P V runs while
+chunk n + 1's scores are softmaxed, on three operand pairs. Against main's kernel (main_cuda_warpgroup.py beside
+this file: main's kernels/cuda_warpgroup.py saved there) loaded in the same process, on the same launches. The same
 operations on each value in the same order: the two int8 arms must agree bit for bit, each within the codes'
-rounding of bf16 flat.
-Writes OUT/faster when the branch is faster at 32K.
+rounding of bf16 flat. Writes OUT/faster when the branch is faster at 32K.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """

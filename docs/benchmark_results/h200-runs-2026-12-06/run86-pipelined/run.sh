@@ -1,8 +1,8 @@
 # Run 86 (pipelined.patch on main at 2255798's kernel; not kept): the int8 warpgroup GPU tests of blocks of two
-# warpgroups under NaN poisoning, probe.py (main's kernel against the branch's, 8K and 32K x 32), then where the branch read faster at 32K the
-# kernel bench's KV-dtype arms once. Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into
-# /tmp/w. Output: out/. To rerun: apply pipelined.patch, save main's kernels/cuda_warpgroup.py beside probe.py
-# as main_cuda_warpgroup.py.
+# warpgroups under NaN poisoning, probe.py (main's kernel against the branch's, 8K and 32K x 32), then where the
+# branch read faster at 32K the kernel bench's KV-dtype arms once. Device calls: carry .whl-b .whl-lm after a call
+# that copied .whl-a into /tmp/w. Output: out/. To rerun: apply pipelined.patch, save main's
+# kernels/cuda_warpgroup.py beside probe.py as main_cuda_warpgroup.py.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-06/run86-pipelined
