@@ -256,7 +256,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   int pages[LOOKUPS];
   if (!PRODUCER || producer) copies.template fill<STAGES>(chunk_begin, chunk_end, pages, stage);
   // ---- 2b. int8: a chunk's codes (ring buffer `from`) into float16
-  // operands (pair `pair`), the whole block at once, 16 codes a piece ----
+  // operands (pair `pair`) by the threads that stage, 16 codes a piece ----
   auto convert = [&](int from, int pair) {
     const unsigned char* staged = ring + from * STAGE_BYTES;
     const __half* scales = reinterpret_cast<const __half*>(staged + 2 * CHUNK * CODE_STRIDE);

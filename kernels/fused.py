@@ -93,11 +93,17 @@ WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel ow
 WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 
+def has_producer(warps: int, quant: KVQuant | None) -> bool:
+    """Whether a warpgroup block of ``warps`` gets a producer warpgroup that
+    stages and converts its chunks into two operand pairs (cuda_warpgroup's
+    PRODUCER): quantized pages' blocks of two or more warpgroups."""
+    return quant is not None and warps >= 8
+
+
 def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
-    """A partial launch's block: its layout's warps, and for int8 pages'
-    blocks of two or more warpgroups the producer warpgroup that stages and
-    converts their chunks (cuda_warpgroup's PRODUCER)."""
-    producer = layout.warpgroup and quant is not None and layout.warps >= 8
+    """A partial launch's block: its layout's warps, and the producer's where
+    a warpgroup layout has one."""
+    producer = layout.warpgroup and has_producer(layout.warps, quant)
     return 32 * layout.warps + (128 if producer else 0)
 
 
@@ -254,13 +260,13 @@ class Platform:
         spreads the banks), and the slack that starts them on a 1024-byte
         boundary (the swizzle's period). int8 pages: the ring holds the
         partial kernel's stages, beside one chunk's K and V converted (two
-        chunks' in blocks of two warpgroups)."""
+        chunks' where a producer converts)."""
         rows = warps // 4 * WARPGROUP_ROWS
         chunk, stages = self.chunk_tokens, stages or self.stages
         if quant is None:
             return (rows + 2 * stages * chunk) * head_dim * 2 + 1024
         code_stage = 2 * chunk * (quant.code_width(head_dim) + CODE_ROW_PAD + staged_scale_bytes(quant, head_dim))
-        pairs = 2 if warps >= 8 else 1                 # a block of two warpgroups converts the next chunk ahead
+        pairs = 2 if has_producer(warps, quant) else 1
         return (rows + 2 * pairs * chunk) * head_dim * 2 + stages * code_stage + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,
