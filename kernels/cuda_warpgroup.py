@@ -244,7 +244,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     });
   };
   // int8: which half of a staged scale word is this KV head's, by the token's parity (the partial kernel's).
-  const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};
+  const int even_half = kv_head & 1, odd_half = (kv_heads + kv_head) & 1;
 
   float acc[DT * 4];
   #pragma unroll
@@ -271,7 +271,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
         const int r = item / VECS, c = item % VECS;
         const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        const __half2 factor = __half2half2(scales[(kv * CHUNK + r) * 2 + scale_half[r & 1]]);
+        const __half2 factor = __half2half2(scales[(kv * CHUNK + r) * 2 + ((r & 1) ? odd_half : even_half)]);
         uint32_t h[8];
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
