@@ -28,8 +28,8 @@ operands in the layouts above, for every head group's products: each
 dequantized with its token's scale and rounded once (so no scale waits
 between S and the softmax). Where the partial kernel converts the staged codes
 in every head-splitting warp, once for each 16 heads, this converts them once
-for 64 or 128. Blocks of two warpgroups get a third, the producer (as
-FlashAttention-3 specializes warps): it stages and converts each chunk into
+for 64 or 128. Blocks of two warpgroups get two more, the producers (as
+FlashAttention-3 specializes warps): they stage and convert each chunk into
 one of two operand pairs while the two consumers' products and softmaxes
 run, and named barriers hand each pair over and back, so the consumers never
 wait on a block-wide barrier.
@@ -167,12 +167,13 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   // by the whole block (two would leave its SM one block).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
   constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
-  // int8 blocks of two warpgroups: a third, the producer, stages and
-  // converts chunks into two operand pairs while the two consumers' products
+  // int8 blocks of two warpgroups: two more, the producers, stage and
+  // convert chunks into two operand pairs while the two consumers' products
   // and softmaxes run (named barriers FULL + pair and EMPTY + pair hand a
   // pair over and back). The launch adds its threads: fused.block_threads.
   constexpr bool PRODUCER = QUANTIZED && WARPS >= 8;
-  constexpr int COPY_THREADS = PRODUCER ? 128 : THREADS;   // the threads that stage and convert
+  constexpr int PRODUCER_THREADS = PRODUCER ? 256 : 0;     // two warpgroups: fused.block_threads adds them
+  constexpr int COPY_THREADS = PRODUCER ? PRODUCER_THREADS : THREADS;   // the threads that stage and convert
   constexpr int PRODUCER_BARRIER = 1, CONSUMER_BARRIER = 2, FULL = 3, EMPTY = 5;
   constexpr int OPERAND_BYTES = QUANTIZED ? (PRODUCER ? 4 : 2) * KV_BYTES : 0;
   const float scale = __int_as_float(SCALE_BITS);
@@ -228,7 +229,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   // ---- 2. staging (the partial kernel's copies, into the swizzled layout) ----
   using Copies = mlxcel::ChunkCopies<VECS, COPY_THREADS, CHUNK, BLOCK>;
   constexpr int LOOKUPS = Copies::LOOKUPS;
-  const int copy_thread = PRODUCER ? threadIdx.x % 128 : threadIdx.x;
+  const int copy_thread = PRODUCER ? int(threadIdx.x) - THREADS : int(threadIdx.x);
   const Copies copies(indices, page_begin, page_count, first_slot, end_slot, kv_heads, kv_head, copy_thread);
   auto stage = [&](int chunk, int buffer, const int (&pages)[LOOKUPS]) {
     unsigned char* keys = ring + buffer * STAGE_BYTES;
@@ -243,7 +244,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     });
   };
   // int8: which half of a staged scale word is this KV head's, by the token's parity (the partial kernel's).
-  const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};
+  const int even_half = kv_head & 1, odd_half = (kv_heads + kv_head) & 1;
 
   float acc[DT * 4];
   #pragma unroll
@@ -270,7 +271,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
         const int r = item / VECS, c = item % VECS;
         const uint4 w = *reinterpret_cast<const uint4*>(staged + (kv * CHUNK + r) * CODE_STRIDE + c * 16);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        const __half2 factor = __half2half2(scales[(kv * CHUNK + r) * 2 + scale_half[r & 1]]);
+        const __half2 factor = __half2half2(scales[(kv * CHUNK + r) * 2 + ((r & 1) ? odd_half : even_half)]);
         uint32_t h[8];
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -298,11 +299,11 @@ WARPGROUP_PARTIAL_SOURCE = r"""
       for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
         const int n = chunk - chunk_begin;
         mlxcel::copy_wait<STAGES - 2>();
-        mlxcel::barrier_sync(PRODUCER_BARRIER, 128);
+        mlxcel::barrier_sync(PRODUCER_BARRIER, PRODUCER_THREADS);
         copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
-        if (n >= 2) mlxcel::barrier_sync(EMPTY + (n & 1), THREADS + 128);
+        if (n >= 2) mlxcel::barrier_sync(EMPTY + (n & 1), THREADS + PRODUCER_THREADS);
         convert(buffer, n & 1);
-        mlxcel::barrier_arrive(FULL + (n & 1), THREADS + 128);
+        mlxcel::barrier_arrive(FULL + (n & 1), THREADS + PRODUCER_THREADS);
         buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
       }
       return;
@@ -318,7 +319,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     const int n = chunk - chunk_begin;
     const int pair = PRODUCER ? n & 1 : 0;
     if constexpr (PRODUCER) {
-      mlxcel::barrier_sync(FULL + pair, THREADS + 128);
+      mlxcel::barrier_sync(FULL + pair, THREADS + PRODUCER_THREADS);
     } else {
       landed();
       copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
@@ -391,7 +392,7 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::mma_commit();
     mlxcel::mma_wait();
     mlxcel::mma_settle(acc);
-    if (PRODUCER && chunk + 2 < chunk_end) mlxcel::barrier_arrive(EMPTY + pair, THREADS + 128);   // pair free
+    if (PRODUCER && chunk + 2 < chunk_end) mlxcel::barrier_arrive(EMPTY + pair, THREADS + PRODUCER_THREADS);
     buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
   }
 

@@ -94,17 +94,18 @@ WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 
 def has_producer(warps: int, quant: KVQuant | None) -> bool:
-    """Whether a warpgroup block of ``warps`` gets a producer warpgroup that
-    stages and converts its chunks into two operand pairs (cuda_warpgroup's
+    """Whether a warpgroup block of ``warps`` gets producer warpgroups that
+    stage and convert its chunks into two operand pairs (cuda_warpgroup's
     PRODUCER): quantized pages' blocks of two or more warpgroups."""
     return quant is not None and warps >= 8
 
 
 def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
-    """A partial launch's block: its layout's warps, and the producer's where
-    a warpgroup layout has one."""
+    """A partial launch's block: its layout's warps, and the two producer
+    warpgroups' where a warpgroup layout has them (cuda_warpgroup's
+    PRODUCER_THREADS)."""
     producer = layout.warpgroup and has_producer(layout.warps, quant)
-    return 32 * layout.warps + (128 if producer else 0)
+    return 32 * layout.warps + (256 if producer else 0)
 
 
 PARTIAL_INPUTS = ["q", "k_pool", "v_pool", "indices", "last_page_len", "tiles", "members"]

@@ -261,7 +261,7 @@ def test_each_formats_stacked_level_launches_its_warpgroup_block(monkeypatch, po
     assert (warpgroups, stages) == ((2, 3) if quant else (1, None))
     options = step.levels[0].launch.options
     tiles = step.levels[0].geometry.size // 5
-    assert options["threadgroup"][0] == 128 * warpgroups + (128 if quant else 0)   # int8: and the producer's
+    assert options["threadgroup"][0] == 128 * warpgroups + (256 if quant else 0)   # int8: and the producers'
     assert options["grid"][0] == tiles * (2 // warpgroups) * options["threadgroup"][0]   # head groups a tile
     level = next(spec for spec in made if "warpgroup" in spec["name"])
     assert level["shared_memory"] == platform.warpgroup_staging_bytes(128, 4 * warpgroups, stages, quant)
