@@ -122,6 +122,80 @@ __device__ __forceinline__ T swiglu(float gate_sum, float up_sum) {
   return static_cast<T>(static_cast<float>(static_cast<T>(gate * sigmoid)) * up);
 }
 
+// A tile's end, in the warps that hold its sums (all of skinny_matmul's block, producer_matmul's consumers,
+// whose barrier ``sync`` is): each warp's float32 sums (NORM: and its rows' squares) meet in shared memory,
+// are added in warp order (the same order every run), the rows' 1/rms applied, and the epilogue writes y.
+template <typename T, int M_TILES, int N_TILES, int WARPS, bool NORM, bool ADD, bool SWIGLU, int EPS_BITS,
+          typename Sync>
+__device__ __forceinline__ void finish_tile(const float (&acc)[M_TILES][N_TILES][4],
+                                            const float (&gram)[M_TILES][2][4], float* sums, float* row_squares,
+                                            float* row_scale, Sync sync, const T* residual, T* y, int M,
+                                            int n_out, int n0, int K) {
+  constexpr int ROWS = M_TILES * 16, R = M_TILES * N_TILES * 4;
+  constexpr int OUT_TILES = SWIGLU ? N_TILES / 2 : N_TILES;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  sync();   // the last tile's sums are read
+  #pragma unroll
+  for (int i = 0; i < M_TILES; ++i)
+    #pragma unroll
+    for (int j = 0; j < N_TILES; ++j)
+      #pragma unroll
+      for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
+  if constexpr (NORM) {
+    // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
+    // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
+    if (t == g / 2) {
+      #pragma unroll
+      for (int i = 0; i < M_TILES; ++i) {
+        row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
+        row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
+      }
+    }
+    sync();
+    for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
+      float total = 0.f;
+      #pragma unroll
+      for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
+      row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
+    }
+  }
+  sync();
+  // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one
+  // row (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
+  for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += WARPS * 32) {
+    const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
+    const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
+    float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
+    #pragma unroll
+    for (int v = 0; v < WARPS; ++v) {
+      lo += sums[(v * R + a) * 32 + l];
+      hi += sums[(v * R + a + 1) * 32 + l];
+      if constexpr (SWIGLU) {
+        up_lo += sums[(v * R + up) * 32 + l];
+        up_hi += sums[(v * R + up + 1) * 32 + l];
+      }
+    }
+    const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
+    if (row < M && col < n_out) {
+      if constexpr (NORM) {
+        const float scale = row_scale[row];
+        lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
+      }
+      const size_t at = size_t(row) * n_out + col;
+      if constexpr (SWIGLU) {
+        y[at] = swiglu<T>(lo, up_lo);
+        y[at + 1] = swiglu<T>(hi, up_hi);
+      } else if constexpr (ADD) {
+        y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
+        y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
+      } else {
+        y[at] = static_cast<T>(lo);
+        y[at + 1] = static_cast<T>(hi);
+      }
+    }
+  }
+}
+
 template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
           int EPS_BITS, bool LOOP, typename S>
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
@@ -225,67 +299,9 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
   float* row_squares = sums + WARPS * R * 32;              // [WARPS][ROWS] (NORM)
   float* row_scale = row_squares + WARPS * ROWS;           // [ROWS]: 1 / rms (NORM)
   auto finish = [&](int n0) {
-    if constexpr (!LOOP) wait_copies<0>();
-    __syncthreads();                // !LOOP: the rings are done with; LOOP: the last tile's sums are read
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
-      #pragma unroll
-      for (int j = 0; j < N_TILES; ++j)
-        #pragma unroll
-        for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
-    if constexpr (NORM) {
-      // Row g's diagonal entry is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s
-      // bottom half: lane t = g / 2 holds both (accumulator g % 2, 2 + g % 2).
-      if (t == g / 2) {
-        #pragma unroll
-        for (int i = 0; i < M_TILES; ++i) {
-          row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
-          row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
-        }
-      }
-      __syncthreads();
-      for (int r = threadIdx.x; r < ROWS; r += WARPS * 32) {
-        float total = 0.f;
-        #pragma unroll
-        for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
-        row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
-      }
-    }
-    __syncthreads();
-    // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one
-    // row (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
-    for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += WARPS * 32) {
-      const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
-      const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
-      float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
-      #pragma unroll
-      for (int v = 0; v < WARPS; ++v) {
-        lo += sums[(v * R + a) * 32 + l];
-        hi += sums[(v * R + a + 1) * 32 + l];
-        if constexpr (SWIGLU) {
-          up_lo += sums[(v * R + up) * 32 + l];
-          up_hi += sums[(v * R + up + 1) * 32 + l];
-        }
-      }
-      const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
-      if (row < M && col < n_out) {
-        if constexpr (NORM) {
-          const float scale = row_scale[row];
-          lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
-        }
-        const size_t at = size_t(row) * n_out + col;
-        if constexpr (SWIGLU) {
-          y[at] = swiglu<T>(lo, up_lo);
-          y[at + 1] = swiglu<T>(hi, up_hi);
-        } else if constexpr (ADD) {
-          y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
-          y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
-        } else {
-          y[at] = static_cast<T>(lo);
-          y[at + 1] = static_cast<T>(hi);
-        }
-      }
-    }
+    if constexpr (!LOOP) wait_copies<0>();   // the rings' memory, done with, holds the sums
+    finish_tile<T, M_TILES, N_TILES, WARPS, NORM, ADD, SWIGLU, EPS_BITS>(
+        acc, gram, sums, row_squares, row_scale, [] { __syncthreads(); }, residual, y, M, n_out, n0, K);
   };
 
   #pragma unroll
@@ -484,8 +500,7 @@ __device__ __forceinline__ void producer_matmul(const T* x, const S& x_shape, in
 
   const int g = lane / 4, t = lane % 4;
   const int matrix = lane / 8, matrix_row = lane % 8;   // ldmatrix: lane l gives row l % 8 of matrix l / 8
-  const int consumers = WARPS * 32;
-  auto sync_consumers = [&]() { asm volatile("bar.sync 1, %0;\n" :: "r"(consumers) : "memory"); };
+  auto sync_consumers = [] { asm volatile("bar.sync 1, %0;\n" :: "n"(WARPS * 32) : "memory"); };
   float acc[M_TILES][N_TILES][4], gram[M_TILES][2][4];
   for (int tile_step = 0; tile_step < my_tiles; ++tile_step) {
     #pragma unroll
@@ -555,68 +570,8 @@ __device__ __forceinline__ void producer_matmul(const T* x, const S& x_shape, in
       if (lane == 0) barrier_arrive(empty + s);
     }
 
-    // The warps' sums of the tile, added in warp order (skinny_matmul's finish, on the consumers' barrier).
-    sync_consumers();   // the last tile's sums are read
-    #pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
-      #pragma unroll
-      for (int j = 0; j < N_TILES; ++j)
-        #pragma unroll
-        for (int q = 0; q < 4; ++q) sums[(warp * R + (i * N_TILES + j) * 4 + q) * 32 + lane] = acc[i][j][q];
-    if constexpr (NORM) {
-      // Row g's square is column g of gram[i][0]'s top half, row g + 8's column g of gram[i][1]'s bottom
-      // half: lane t = g / 2 holds both (accumulators g % 2, 2 + g % 2).
-      if (t == g / 2) {
-        #pragma unroll
-        for (int i = 0; i < M_TILES; ++i) {
-          row_squares[warp * ROWS + i * 16 + g] = gram[i][0][g % 2];
-          row_squares[warp * ROWS + i * 16 + 8 + g] = gram[i][1][2 + g % 2];
-        }
-      }
-      sync_consumers();
-      for (int r = threadIdx.x; r < ROWS; r += consumers) {
-        float total = 0.f;
-        #pragma unroll
-        for (int v = 0; v < WARPS; ++v) total += row_squares[v * ROWS + r];
-        row_scale[r] = rsqrtf(total / K + __int_as_float(EPS_BITS));
-      }
-    }
-    sync_consumers();
-    const int n0 = first_column(tile_step);
-    // Element e: accumulator pair (q, q + 1) of lane e % 32 in output tile j, two neighbouring columns of one
-    // row (with SWIGLU, the gate's; the up's are OUT_TILES tiles on).
-    for (int e = threadIdx.x; e < M_TILES * OUT_TILES * 2 * 32; e += consumers) {
-      const int r = e / 32 * 2, l = e % 32, q = r % 4, j = (r / 4) % OUT_TILES, i = r / (4 * OUT_TILES);
-      const int a = (i * N_TILES + j) * 4 + q, up = a + OUT_TILES * 4;
-      float lo = 0.f, hi = 0.f, up_lo = 0.f, up_hi = 0.f;
-      #pragma unroll
-      for (int v = 0; v < WARPS; ++v) {
-        lo += sums[(v * R + a) * 32 + l];
-        hi += sums[(v * R + a + 1) * 32 + l];
-        if constexpr (SWIGLU) {
-          up_lo += sums[(v * R + up) * 32 + l];
-          up_hi += sums[(v * R + up + 1) * 32 + l];
-        }
-      }
-      const int row = i * 16 + l / 4 + (q ? 8 : 0), col = n0 + j * 8 + (l % 4) * 2;
-      if (row < M && col < n_out) {
-        if constexpr (NORM) {
-          const float scale = row_scale[row];
-          lo *= scale; hi *= scale; up_lo *= scale; up_hi *= scale;
-        }
-        const size_t at = size_t(row) * n_out + col;
-        if constexpr (SWIGLU) {
-          y[at] = swiglu<T>(lo, up_lo);
-          y[at + 1] = swiglu<T>(hi, up_hi);
-        } else if constexpr (ADD) {
-          y[at] = static_cast<T>(static_cast<float>(static_cast<T>(lo)) + static_cast<float>(residual[at]));
-          y[at + 1] = static_cast<T>(static_cast<float>(static_cast<T>(hi)) + static_cast<float>(residual[at + 1]));
-        } else {
-          y[at] = static_cast<T>(lo);
-          y[at + 1] = static_cast<T>(hi);
-        }
-      }
-    }
+    finish_tile<T, M_TILES, N_TILES, WARPS, NORM, ADD, SWIGLU, EPS_BITS>(
+        acc, gram, sums, row_squares, row_scale, sync_consumers, residual, y, M, n_out, first_column(tile_step), K);
   }
 }
 
