@@ -26,7 +26,6 @@ pools compile to the same code as without quantization (a template branch).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
 import mlx.core as mx
