@@ -295,12 +295,8 @@ def test_the_residual_add_matches_float64(rows, n, k, dtype, kernel):
     assert np.mean(np.abs(product - want) > bound) > 0.5       # the residual is really added
 
 
-@needs_cuda
-@pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
-def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, kernel):
-    x, w, g = random_case(rows, n, k, dtype)
-    eps = 1e-6
+def swiglu64(x: mx.array, w: mx.array, g: mx.array, eps: float, dtype: mx.Dtype):
+    """swiglu of rms_norm(x) g @ w.T's halves (gate, up) in float64, its bound, and the halves."""
     product, error = normed_product64(x, w, g, eps, dtype)
     gate, up = np.split(product, 2, axis=1)
     gate_error, up_error = np.split(error + ROUNDING[dtype] * np.abs(product), 2, axis=1)   # each rounded
@@ -309,6 +305,16 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, ker
     # silu's slope is at most 1.1 in size; three more rounded steps (sigmoid, gate * sigmoid, * up).
     bound = 1.25 * (1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error
                     + 3 * ROUNDING[dtype] * np.abs(want))
+    return want, bound, gate, up
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
+def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, kernel):
+    x, w, g = random_case(rows, n, k, dtype)
+    eps = 1e-6
+    want, bound, gate, up = swiglu64(x, w, g, eps, dtype)
     got = as64(skinny_matmul(x, w, norm=(g, eps), swiglu=True))[:, 0]
     assert got.shape == want.shape
     assert np.all(np.abs(got - want) <= bound + 1e-6), np.abs(got - want).max()
@@ -319,6 +325,26 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, ker
     assert np.mean(np.abs(unnormed - want) > bound) > 0.5
     swapped = up / (1 + np.exp(-up)) * gate
     assert 8 * np.median(np.abs(got - want)) < np.median(np.abs(swapped - want))
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 20, 32])
+def test_the_engines_gate_up_streams_its_tensor_map_and_matches_float64(rows):
+    # A gate/up weight with two or more 64-column tiles a block: on Hopper the engine's Linear makes its
+    # tensor map when prepared, and the ops' normed swiglu runs producer_matmul through it (two 32-row boxes a
+    # stage: gate's and up's). Its output stays within the float64 bound of the skinny kernel's test.
+    from mlxcel.engine.model import Linear
+    from mlxcel.kernels.cuda import hopper
+    from mlxcel.kernels.cuda_layer_ops import CUDA_SKINNY_OPS
+    n, k, dtype, eps = 2 * SMS * 64 + 256, 320, mx.bfloat16, 1e-6
+    x, w, g = random_case(rows, n, k, dtype)
+    linear = Linear(nn.Linear(k, n, bias=False))
+    linear.weight = w
+    linear.prepare()
+    assert (linear.tensor_map() is not None) == hopper() and cuda_matmul.takes_tensor_map(w) == hopper()
+    got = as64(CUDA_SKINNY_OPS.normed_swiglu(x, g, eps, linear.weight, linear.transposed(), linear.tensor_map()))
+    want, bound, _, _ = swiglu64(x, w, g, eps, dtype)
+    assert np.all(np.abs(got[:, 0] - want) <= bound + 1e-6), np.abs(got[:, 0] - want).max()
 
 
 @needs_cuda
