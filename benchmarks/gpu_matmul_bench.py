@@ -1,6 +1,7 @@
 """A decode step's projections: MLX's matmul (cuBLASLt) against the skinny kernel, GPU and host time.
 
-    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--sweep [--sweep-tiles 8x8x2 ..]]
+    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--producer]
+        [--sweep [--sweep-tiles 8x8x2 p4x4x12 ..]]
 
 Per shape of an 8B layer (q/k/v, o, gate/up, down) and row count: the
 kernel's GPU time per call (CUPTI through PyTorch's profiler, over a chain of
@@ -10,7 +11,10 @@ host's encode time per call (``mx.async_eval`` of the chain, unprofiled; it
 includes the small kernels that order each call after the last).
 Each skinny result is checked against float64 first (max error over the
 output's scale). ``--sweep`` times every launch shape in SWEEP at 32 rows
-besides the one ``tiles_for`` picks. Needs CUDA and torch; writes matmul.json and matmul.md.
+besides the one ``tiles_for`` picks (``--sweep-tiles``: these instead; a
+leading p names producer_matmul's launch, n tiles x consumer warps x stages).
+``--producer``: producer_matmul's launch as ``producer_tiles`` picks it too.
+Needs CUDA and torch; writes matmul.json and matmul.md.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import numpy as np
 
 from gpu_attention_bench import depend
 from gpu_timeline import complete_events
-from mlxcel.kernels.cuda_matmul import SHARED_LIMIT, Tiles, skinny_matmul, tiles_for
+from mlxcel.kernels.cuda_matmul import (SHARED_LIMIT, Tiles, producer_tiles, skinny_matmul,
+                                        tiles_for)
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
-SWEEP = [(n, w, st) for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
+SWEEP = [f"{n}x{w}x{st}" for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
 L2_BYTES = 50 << 20
 MAX_ERROR = 2.0**-6     # of the output's scale: bf16 rounding (2^-9) and float32 sums, with room
 
@@ -63,8 +68,19 @@ def gpu_time(call, x: mx.array, chain: int) -> tuple[float, float, list[str]]:
     return sum(e["dur"] for e in kernels) / chain, encode, sorted({e["name"][:80] for e in kernels})
 
 
+def launch_shape(text: str, m_tiles: int) -> Tiles:
+    """A sweep's launch shape: NxWxS (n tiles x warps x stages), skinny_matmul's; pNxCxS (n tiles x consumer
+    warps x stages), producer_matmul's, one block an SM."""
+    producer = text.startswith("p")
+    n_tiles, warps, stages = (int(v) for v in text.removeprefix("p").split("x"))
+    return Tiles(m_tiles, n_tiles, warps, stages, loop=producer, producer=producer)
+
+
 def label(tiles: Tiles) -> str:
-    return f"skinny {tiles.n_tiles}x{tiles.warps}x{tiles.stages}" + (" looping" if tiles.loop else "")
+    shape = f"{tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
+    if tiles.producer:
+        return f"producer {shape}" + ("" if tiles.loop else " one tile a block")
+    return f"skinny {shape}" + (" looping" if tiles.loop else "")
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -80,11 +96,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--chain", type=int, default=24)
+    parser.add_argument("--producer", action="store_true", help="time producer_tiles' launch too")
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--sweep-tiles", nargs="+", metavar="NxWxS",
-                        help="the launch shapes to sweep (n tiles x warps x stages) instead of SWEEP's")
+    parser.add_argument("--sweep-tiles", nargs="+", metavar="[p]NxWxS",
+                        help="the launch shapes to sweep (n tiles x warps x stages; a leading p: producer_matmul's, "
+                             "n tiles x consumer warps x stages) instead of SWEEP's")
     args = parser.parse_args()
-    sweep = [tuple(int(v) for v in shape.split("x")) for shape in args.sweep_tiles] if args.sweep_tiles else SWEEP
+    sweep = args.sweep_tiles or SWEEP
     args.out.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)
     results = []
@@ -97,13 +115,13 @@ def main() -> None:
         w64 = as64(weights[0])
         for rows in args.rows:
             x = mx.random.normal((rows, 1, k)).astype(mx.bfloat16)
-            picked = tiles_for(rows, n)
+            picked, producer_pick = tiles_for(rows, n), producer_tiles(rows, n)
             want = as64(x).reshape(rows, k) @ w64.T
             arms = {"mlx": lambda x, i: x @ transposed[i % copies]}
             # A looping launch beside the same tiles one a block (several waves of blocks).
-            configs = [picked] + [replace(picked, loop=False)] * picked.loop + (
-                [Tiles(picked.m_tiles, *c) for c in sweep if Tiles(picked.m_tiles, *c) != picked
-                 and Tiles(picked.m_tiles, *c).shared_bytes() <= SHARED_LIMIT] if args.sweep and rows == 32 else [])
+            configs = [picked] + [replace(picked, loop=False)] * picked.loop + [producer_pick] * args.producer
+            swept = [launch_shape(shape, picked.m_tiles) for shape in sweep] if args.sweep and rows == 32 else []
+            configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT]
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
             for arm, call in arms.items():
@@ -112,7 +130,8 @@ def main() -> None:
                 gpu_us, encode_us, names = gpu_time(call, x, args.chain)
                 row = {"kernels": names, "shape": name, "n": n, "k": k, "rows": rows, "arm": arm, "gpu_us": gpu_us,
                        "tb_s": n * k * 2 / gpu_us / 1e6, "floor_us": floor_us, "encode_us": encode_us,
-                       "max_error": err, "picked": arm == label(picked)}
+                       "max_error": err, "picked": arm == label(picked),
+                       "producer_pick": args.producer and arm == label(producer_pick)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     (args.out / "matmul.json").write_text(json.dumps({"device": mx.device_info().get("device_name", ""),
@@ -121,7 +140,7 @@ def main() -> None:
              "| encode us | max error |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        mark = " (picked)" if r["picked"] else ""
+        mark = " (picked)" if r["picked"] else " (producer_tiles)" if r.get("producer_pick") else ""
         lines.append(f"| {r['shape']} | {r['rows']} | {r['arm']}{mark} | {r['gpu_us']:.2f} | {r['tb_s']:.2f} "
                      f"| {r['floor_us']:.2f} | {r['encode_us']:.1f} | {r['max_error']:.2e} |")
     (args.out / "matmul.md").write_text("\n".join(lines) + "\n")

@@ -112,11 +112,17 @@ def transposing_linears(layer: nn.Module) -> list[nn.Module]:
     return [module for module in layer.modules() if hasattr(module, "transposed")]
 
 
+def mapped_linears(layer: nn.Module) -> list[nn.Module]:
+    """The layer's engine Linears that carry a TMA tensor map (model.Linear), which a trace takes too."""
+    return [linear for linear in transposing_linears(layer) if linear._tensor_map is not None]
+
+
 def layer_weights(layer: nn.Module) -> list[mx.array]:
     """What a shared trace takes as the layer's inputs: its parameters (``tree_flatten``'s order), then each
-    engine Linear's transpose."""
+    engine Linear's transpose, then each tensor map."""
     return [array for _, array in tree_flatten(layer.parameters())] + [
-        linear.transposed() for linear in transposing_linears(layer)]
+        linear.transposed() for linear in transposing_linears(layer)] + [
+        linear.tensor_map() for linear in mapped_linears(layer)]
 
 
 def scalar_settings(obj: object) -> tuple:
@@ -130,6 +136,7 @@ def structure(layer: nn.Module) -> tuple:
     (its settings and frequencies). Layers of one structure trace alike."""
     modules = tuple((name, type(module).__name__, scalar_settings(module)) for name, module in layer.named_modules())
     weights = tuple((name, array.shape, array.dtype) for name, array in tree_flatten(layer.parameters()))
+    weights += tuple(len(mapped_linears(layer)) * ["tensor map"])
     rope = layer.self_attn.heads.rope
     rope_arrays = [np.asarray(array).tolist() for _, array in tree_flatten(dict(rope))]
     frequencies = layer.self_attn.heads.frequencies
@@ -142,13 +149,15 @@ def structure(layer: nn.Module) -> tuple:
 def weights_bound(layer: nn.Module, weights: list[mx.array]) -> Iterator[None]:
     """The layer running on ``weights`` (``layer_weights``' order) instead of its own, while a trace is made."""
     names = [name for name, _ in tree_flatten(layer.parameters())]
-    linears = transposing_linears(layer)
+    linears, mapped = transposing_linears(layer), mapped_linears(layer)
     own = layer_weights(layer)
 
     def bind(arrays: list[mx.array]) -> None:
         layer.update(tree_unflatten(list(zip(names, arrays[: len(names)]))))
         for linear, transposed in zip(linears, arrays[len(names):]):
             linear.__dict__["_transposed"] = (linear.weight, transposed)
+        for linear, tensor_map in zip(mapped, arrays[len(names) + len(linears):]):
+            linear.__dict__["_tensor_map"] = (linear.weight, tensor_map)
 
     bind(weights)
     try:

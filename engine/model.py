@@ -206,7 +206,9 @@ class Linear(nn.Module):
     its view, ``transposed_rows``): nn.Linear adds a transpose to the graph at
     every call, one more op a step for the host to build and for MLX to encode
     (four a layer); the matmul is the same. A weight replaced since is
-    transposed per call."""
+    transposed per call. On Hopper a weight the TMA-fed product serves
+    (``cuda_matmul.takes_tensor_map``: gate/up's) also gets its tensor map,
+    made once as the transpose is."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -214,10 +216,20 @@ class Linear(nn.Module):
         if "bias" in linear:
             self.bias = linear.bias
         self._transposed: tuple[mx.array, mx.array] | None = None   # (the weight, its evaluated transpose)
+        self._tensor_map: tuple[mx.array, mx.array] | None = None   # (the weight, its TMA tensor map)
 
     def prepare(self) -> None:
         self.weight, transposed = transposed_rows(self.weight)
         self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
+        if not on_cpu() and mx.cuda.is_available():
+            from mlxcel.kernels import cuda_matmul
+            tensor_map = cuda_matmul.weight_map(self.weight) if cuda_matmul.takes_tensor_map(self.weight) else None
+            if tensor_map is not None:
+                self.__dict__["_tensor_map"] = (self.weight, tensor_map)
+
+    def tensor_map(self) -> mx.array | None:
+        prepared = self._tensor_map
+        return prepared[1] if prepared is not None and prepared[0] is self.weight else None
 
     def transposed(self) -> mx.array:
         prepared = self._transposed
@@ -351,7 +363,8 @@ class FusedMLP(nn.Module):
         """The stream's pair once the MLP of its norm joins it."""
         if "gate_up_proj" in self and residual is None and folds(ops, self.gate_up_proj, h):
             linear = self.gate_up_proj
-            stream, activation = h, ops.normed_swiglu(h, norm.weight, norm.eps, linear.weight, linear.transposed())
+            stream, activation = h, ops.normed_swiglu(h, norm.weight, norm.eps, linear.weight, linear.transposed(),
+                                                      linear.tensor_map())
         elif "gate_up_proj" in self:
             stream, (gate_up,) = norm_project(ops, residual, h, norm, (self.gate_up_proj,))
             activation = swiglu(*mx.split(gate_up, [self.hidden], axis=-1))

@@ -26,7 +26,6 @@ pools compile to the same code as without quantization (a template branch).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
 import mlx.core as mx
@@ -343,9 +342,10 @@ class CudaOps(ComposedOps):
         return super().normed_matmul(x, norm_weight, eps, weight, transposed)
 
     def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array) -> mx.array:
+                      transposed: mx.array, tensor_map: mx.array | None = None) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight) and weight.shape[0] % 16 == 0:
-            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True)
+            return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True,
+                                             tensor_map=tensor_map if cuda_matmul.TMA else None)
         return super().normed_swiglu(x, norm_weight, eps, weight, transposed)
 
     def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:

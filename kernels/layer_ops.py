@@ -104,8 +104,9 @@ class ComposedOps:
         return self.matmul(mx.fast.rms_norm(x, norm_weight, eps), weight, transposed)
 
     def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
-                      transposed: mx.array) -> mx.array:
-        """swiglu(gate, up) of the normed x's product with gate and up stacked (weight [2 H, K])."""
+                      transposed: mx.array, tensor_map: mx.array | None = None) -> mx.array:
+        """swiglu(gate, up) of the normed x's product with gate and up stacked (weight [2 H, K]);
+        ``tensor_map``: the weight's, for ops that stream it through TMA (cuda_layer_ops)."""
         gate, up = mx.split(self.normed_matmul(x, norm_weight, eps, weight, transposed), 2, axis=-1)
         return swiglu(gate, up)
 

@@ -1,6 +1,7 @@
 """The skinny matmul (mlxcel.kernels.cuda_matmul): which projections it takes, what the ops fall back to,
 that its sources compile as MLX builds them (nvcc, no GPU needed), and, on a CUDA device, its products
-and epilogues (the norm on the way in, the residual add, swiglu) against float64 on fresh random inputs.
+and epilogues (the norm on the way in, the residual add, swiglu) against float64 on fresh random inputs,
+each on both kernels (the ``kernel`` fixture: skinny_matmul's launches, or producer_matmul's).
 
 Tolerance: bf16/f16 products are exact in float32; the float32 sums over K terms are off by at most
 K 2^-24 sum |x_k w_k| (the warps' order included), and each rounding to the output's dtype adds at most
@@ -23,9 +24,10 @@ import pytest
 
 from cuda_unit import compile_unit, nvcc, resources, translation_unit
 from mlxcel.engine.model import Linear, project
+from mlxcel.kernels import cuda_matmul
 from mlxcel.kernels.cuda_layer_ops import CUDA_OPS, CUDA_SKINNY_OPS, cuda_ops
-from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, Epilogue, Tiles, instance_rows,
-                                        skinny_matmul, takes, takes_norm, tiles_for)
+from mlxcel.kernels.cuda_matmul import (LIBRARY, MAX_ROWS, PRODUCT, SHARED_LIMIT, SMS, Epilogue, Tiles,
+                                        instance_rows, producer_tiles, skinny_matmul, takes, takes_norm, tiles_for)
 from mlxcel.kernels.layer_ops import COMPOSED
 
 needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
@@ -33,6 +35,13 @@ needs_cuda = pytest.mark.skipif(not mx.cuda.is_available(),
                                        "benchmarks/gpu_suite.sh runs these on the GPU)")
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
 ROUNDING = {mx.bfloat16: 2.0**-8, mx.float16: 2.0**-11}   # unit roundoff
+
+
+@pytest.fixture(params=["mma", "producer"])
+def kernel(request, monkeypatch):
+    """The launches tiles_for picks: skinny_matmul's, or (PRODUCER) producer_matmul's."""
+    monkeypatch.setattr(cuda_matmul, "PRODUCER", request.param == "producer")
+    return request.param
 
 
 @pytest.mark.parametrize("x_shape, w_shape, dtype, w_dtype, taken", [
@@ -142,17 +151,56 @@ def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype,
     assert spills == 0 and registers <= 255
 
 
+# The engine's four launches (q/k/v with the norm, o and down adding the residual, gate/up with the norm and
+# swiglu), and the plain product at gate/up's width (producer_tiles' widest block).
+ENGINE_LAUNCHES = {"qkv": (6144, Epilogue(norm=True)), "o_down": (4096, Epilogue(add=True)),
+                   "gate_up": (24576, Epilogue(norm=True, swiglu=True)), "product": (24576, PRODUCT)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("rows", [1, 32, MAX_ROWS])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("launch", ENGINE_LAUNCHES)
+def test_the_producer_kernel_compiles_without_spills_in_its_shared_memory(rows, dtype, launch):
+    n, epilogue = ENGINE_LAUNCHES[launch]
+    tiles = producer_tiles(rows, n, epilogue)
+    assert tiles.producer and tiles.shared_bytes(epilogue) <= SHARED_LIMIT
+    unit = translation_unit("skinny_matmul", LIBRARY, epilogue.call(producer=True),
+                            [(name, "uint8" if name == "w_map" else dtype) for name in epilogue.inputs(producer=True)],
+                            [("y", dtype)],
+                            [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
+                             ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0)])
+    with tempfile.TemporaryDirectory() as folder:
+        registers, spills = resources(compile_unit(unit, Path(folder)))
+    assert spills == 0 and registers <= 255
+
+
+@pytest.mark.parametrize("rows", [1, 32, MAX_ROWS])
+@pytest.mark.parametrize("launch", ENGINE_LAUNCHES)
+def test_producer_launches_cover_the_sms_in_one_wave(rows, launch):
+    # One block an SM, each taking the same number of column tiles but the last, its ring deep enough to
+    # keep 40 KB or more of weight rows in flight and each stage read by one consumer warp.
+    n, epilogue = ENGINE_LAUNCHES[launch]
+    tiles = producer_tiles(rows, n, epilogue)
+    blocks, column_tiles = tiles.blocks(n), tiles.column_tiles(n)
+    each = -(-column_tiles // blocks)
+    assert blocks <= SMS and (blocks - 1) * each < column_tiles <= blocks * each
+    assert tiles.shared_bytes(epilogue) <= SHARED_LIMIT and (tiles.stages - 1) * tiles.n_tiles * 8 * 128 >= 40 << 10
+    assert tiles.stages % tiles.warps == 0
+
+
 def as64(a: mx.array) -> np.ndarray:
     return np.array(a.astype(mx.float32), dtype=np.float64)
 
 
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (5, 24, 64), (20, 200, 192),
-                                        (MAX_ROWS, 1024, 12288), (17, 64, 4160)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_products_match_float64(rows, n, k, dtype):
+                                        (MAX_ROWS, 1024, 12288), (17, 64, 4160), (7, 136, 640)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
+def test_products_match_float64(rows, n, k, dtype, kernel):
     # Rows past a 16-row tile, N past a 64-column block, K of fewer chunks than warps, K not a multiple of
-    # the warps' chunks: each a path of the kernel's guards.
+    # the warps' chunks: each a path of the kernel's guards (producer_matmul's: rows and columns past the
+    # end zero-filled, fewer chunks than its ring's stages, a ring wrapping part-way through K).
     rng = np.random.default_rng()
     x = mx.array(rng.standard_normal((rows, 1, k)).astype(np.float32)).astype(dtype)
     w = mx.array((rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)).astype(dtype)
@@ -219,8 +267,8 @@ def test_a_looping_launch_computes_the_product_of_one_tile_a_block(rows, n, tile
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 6144, 4096), (1, 4096, 4096), (20, 200, 192), (MAX_ROWS, 1024, 12288),
                                         (48, 6144, 1024)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype):
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
+def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype, kernel):
     x, w, g = random_case(rows, n, k, dtype)
     eps = 1e-5
     want, bound = normed_product64(x, w, g, eps, dtype)
@@ -233,8 +281,8 @@ def test_the_norm_on_the_way_in_matches_float64(rows, n, k, dtype):
 
 @needs_cuda
 @pytest.mark.parametrize("rows, n, k", [(32, 4096, 4096), (5, 24, 64), (MAX_ROWS, 4096, 12288)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_the_residual_add_matches_float64(rows, n, k, dtype):
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
+def test_the_residual_add_matches_float64(rows, n, k, dtype, kernel):
     x, w, _ = random_case(rows, n, k, dtype)
     residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(dtype)
     x64, w64 = as64(x)[:, 0], as64(w)
@@ -247,12 +295,8 @@ def test_the_residual_add_matches_float64(rows, n, k, dtype):
     assert np.mean(np.abs(product - want) > bound) > 0.5       # the residual is really added
 
 
-@needs_cuda
-@pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
-@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
-    x, w, g = random_case(rows, n, k, dtype)
-    eps = 1e-6
+def swiglu64(x: mx.array, w: mx.array, g: mx.array, eps: float, dtype: mx.Dtype):
+    """swiglu of rms_norm(x) g @ w.T's halves (gate, up) in float64, its bound, and the halves."""
     product, error = normed_product64(x, w, g, eps, dtype)
     gate, up = np.split(product, 2, axis=1)
     gate_error, up_error = np.split(error + ROUNDING[dtype] * np.abs(product), 2, axis=1)   # each rounded
@@ -261,6 +305,16 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
     # silu's slope is at most 1.1 in size; three more rounded steps (sigmoid, gate * sigmoid, * up).
     bound = 1.25 * (1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error
                     + 3 * ROUNDING[dtype] * np.abs(want))
+    return want, bound, gate, up
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows, n, k", [(32, 24576, 4096), (3, 48, 128), (40, 2064, 1024)])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=["bfloat16", "float16"])
+def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype, kernel):
+    x, w, g = random_case(rows, n, k, dtype)
+    eps = 1e-6
+    want, bound, gate, up = swiglu64(x, w, g, eps, dtype)
     got = as64(skinny_matmul(x, w, norm=(g, eps), swiglu=True))[:, 0]
     assert got.shape == want.shape
     assert np.all(np.abs(got - want) <= bound + 1e-6), np.abs(got - want).max()
@@ -271,3 +325,66 @@ def test_swiglu_of_the_normed_gate_and_up_matches_float64(rows, n, k, dtype):
     assert np.mean(np.abs(unnormed - want) > bound) > 0.5
     swapped = up / (1 + np.exp(-up)) * gate
     assert 8 * np.median(np.abs(got - want)) < np.median(np.abs(swapped - want))
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 20, 32])
+def test_the_engines_gate_up_streams_its_tensor_map_and_matches_float64(rows):
+    # A gate/up weight with two or more 64-column tiles a block: on Hopper the engine's Linear makes its
+    # tensor map when prepared, and the ops' normed swiglu runs producer_matmul through it (two 32-row boxes a
+    # stage: gate's and up's). Its output stays within the float64 bound of the skinny kernel's test.
+    from mlxcel.engine.model import Linear
+    from mlxcel.kernels.cuda import hopper
+    from mlxcel.kernels.cuda_layer_ops import CUDA_SKINNY_OPS
+    n, k, dtype, eps = 2 * SMS * 64 + 256, 320, mx.bfloat16, 1e-6
+    x, w, g = random_case(rows, n, k, dtype)
+    linear = Linear(nn.Linear(k, n, bias=False))
+    linear.weight = w
+    linear.prepare()
+    assert (linear.tensor_map() is not None) == hopper() and cuda_matmul.takes_tensor_map(w) == hopper()
+    got = as64(CUDA_SKINNY_OPS.normed_swiglu(x, g, eps, linear.weight, linear.transposed(), linear.tensor_map()))
+    want, bound, _, _ = swiglu64(x, w, g, eps, dtype)
+    assert np.all(np.abs(got[:, 0] - want) <= bound + 1e-6), np.abs(got[:, 0] - want).max()
+
+
+@needs_cuda
+@pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
+def test_a_looping_producer_launch_computes_what_one_tile_a_block_does(epilogue):
+    # 300 column tiles on a grid of 100 blocks: each block's ring (4 chunks; K of 3 chunks and 5 for
+    # swiglu's, a tile's chunks padded to whole rounds of the 4 consumer warps) wraps part-way through the
+    # next tile's chunks while the consumers add a tile's sums. Every tile's outputs must be the ones a
+    # block of its own computes, bit for bit
+    # (the same sums in the same order), and match float64 as the tests above bound it.
+    rows, k = 20, 192 if not epilogue.swiglu else 320
+    tiles = Tiles(2, 8 if epilogue.swiglu else 4, 4, 4, loop=True, producer=True)
+    n = 300 * 8 * tiles.n_tiles
+    assert tiles.blocks(n) == 100 and tiles.shared_bytes(epilogue) <= SHARED_LIMIT
+    x, w, g = random_case(rows, n, k, mx.bfloat16)
+    residual = mx.array(np.random.default_rng().standard_normal((rows, 1, n)).astype(np.float32)).astype(mx.bfloat16)
+    eps = 1e-6
+    folds = dict(norm=(g, eps) if epilogue.norm else None, residual=residual if epilogue.add else None,
+                 swiglu=epilogue.swiglu)
+    got = as64(skinny_matmul(x, w, tiles, **folds))[:, 0]
+    np.testing.assert_array_equal(got, as64(skinny_matmul(x, w, replace(tiles, loop=False), **folds))[:, 0])
+    u = ROUNDING[mx.bfloat16]
+    x64, w64 = as64(x)[:, 0], as64(w)
+    sums = k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T)
+    if epilogue.swiglu:       # test_swiglu_of_the_normed_gate_and_up_matches_float64's bound
+        product, error = normed_product64(x, w, g, eps, mx.bfloat16)
+        gate, up = np.split(product, 2, axis=1)
+        gate_error, up_error = np.split(error + u * np.abs(product), 2, axis=1)
+        sigmoid = 1 / (1 + np.exp(-gate))
+        want = gate * sigmoid * up
+        bound = 1.25 * (1.1 * np.abs(up) * gate_error + np.abs(gate * sigmoid) * up_error + 3 * u * np.abs(want)) + 1e-6
+    elif epilogue.norm:       # test_the_norm_on_the_way_in_matches_float64's
+        want, error = normed_product64(x, w, g, eps, mx.bfloat16)
+        bound = 1.25 * (error + u * np.abs(want))
+    elif epilogue.add:        # test_the_residual_add_matches_float64's
+        product = x64 @ w64.T
+        want = product + as64(residual)[:, 0]
+        bound = 1.25 * u * (np.abs(product) + np.abs(want)) + sums
+    else:                     # test_products_match_float64's
+        want = x64 @ w64.T
+        bound = u * np.abs(want) + sums
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()

@@ -219,6 +219,36 @@ def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(ti
     assert len(traces[0]) and len(traces[1])
 
 
+def test_a_traced_layer_takes_its_own_tensor_map(tiny_model_path, make_engine, monkeypatch):
+    # A Linear's TMA tensor map (gate/up's, on Hopper) is a shared trace's input as its weight is. Ops that
+    # fold the MLP's norm and read the map (here a marker per layer added to the activation, the template
+    # layer's baked into every layer were it a constant of the trace) give the traced logits the plain path's
+    # bit for bit.
+    from mlxcel.engine import runner
+    from mlxcel.kernels.cpu_layer_ops import CpuOps
+
+    loaded = load_model(tiny_model_path)
+    layers = loaded.model.model.layers
+    for i, layer in enumerate(layers):
+        linear = layer.mlp.gate_up_proj
+        linear.__dict__["_tensor_map"] = (linear.weight, mx.array([0.05 * (i + 1)], dtype=linear.weight.dtype))
+    maps_read = []
+
+    class MapReadingOps(CpuOps):
+        def folds(self, x, weight):   # the composed norms and adds, in the folding order
+            return True
+
+        def normed_swiglu(self, x, norm_weight, eps, weight, transposed, tensor_map=None):
+            maps_read.append(tensor_map is not None)
+            return super().normed_swiglu(x, norm_weight, eps, weight, transposed) + tensor_map[0]
+
+    ops = MapReadingOps()
+    monkeypatch.setattr(runner, "layer_ops", lambda: ops)
+    assert len({id(layer.halves.traces) for layer in layers}) == 1
+    assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 48, (3, 11, 20), 12, loaded=loaded)
+    assert maps_read and all(maps_read)
+
+
 def test_quantized_layers_share_their_traces(tiny_model_path, make_engine, monkeypatch):
     # A quantized layer's weights, scales and biases are the shared trace's inputs (its bits and group size
     # settings the trace holds): traced logits are the plain path's bit for bit.

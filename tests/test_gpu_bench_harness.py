@@ -112,6 +112,21 @@ def test_the_forest_bench_builds_and_checks_a_small_cell_on_any_device():
     assert "| small | nested | 1000.0 (100.0) | 1.00 |" in forest.table([{**result, **timed}])
 
 
+def test_the_matmul_sweep_names_both_kernels_launches():
+    # --sweep-tiles NxWxS: skinny_matmul's launch; pNxCxS: producer_matmul's, its grid one wave of a block
+    # an SM, each taking the same number of column tiles; each arm's label names it back.
+    import gpu_matmul_bench as matmul
+    from mlxcel.kernels.cuda_matmul import Tiles
+
+    assert matmul.launch_shape("8x4x3", 2) == Tiles(2, 8, 4, 3)
+    producer = matmul.launch_shape("p16x4x5", 2)
+    assert producer == Tiles(2, 16, 4, 5, loop=True, producer=True)
+    assert producer.threads() == 160 and producer.blocks(24576) == 96 and producer.blocks(128 * 300) == 100
+    assert matmul.label(producer) == "producer 16x4x5"
+    assert matmul.label(Tiles(2, 8, 4, 3, loop=True)) == "skinny 8x4x3 looping"
+    assert all(matmul.launch_shape(shape, 2) == Tiles(2, *map(int, shape.split("x"))) for shape in matmul.SWEEP)
+
+
 def test_the_e2e_reads_run_abba_with_each_cascade_matmul(monkeypatch):
     import gpu_e2e_bench as e2e
     order = e2e.arm_order(["bfloat16", "int8"], ["auto", "cublas"])
