@@ -304,7 +304,8 @@ def main() -> None:
                         help="also count the sessions of this many own tokens each --fit-kv-dtypes pool holds")
     parser.add_argument("--fit-kv-dtypes", default="bfloat16,int8,int4")
     parser.add_argument("--cascade-matmuls", default="auto",
-                        help="comma-separated MLXCEL_MATMUL choices to run the cascade arms with (auto, cublas)")
+                        help="comma-separated MLXCEL_MATMUL choices to run the cascade arms with (auto, cublas, "
+                             "no-tma)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "device": str(mx.default_device()),

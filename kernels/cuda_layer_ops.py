@@ -317,14 +317,16 @@ def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: st
 
 class CudaOps(ComposedOps):
     """The fused kernels where they take the arrays, MLX's ops elsewhere; with ``skinny_matmuls`` a float
-    projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS). ``host_bound_ops``:
+    projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS); with ``tma`` a weight's
+    tensor map, where its Linear has one (gate/up's on Hopper), streams it through TMA. ``host_bound_ops``:
     the ops of this step's host-bound layers (``host_bound``; None: these)."""
 
     stores_in_place = True
 
-    def __init__(self, skinny_matmuls: bool, host_bound_ops: "CudaOps | None" = None) -> None:
+    def __init__(self, skinny_matmuls: bool, host_bound_ops: "CudaOps | None" = None, tma: bool = True) -> None:
         self._kernels: dict[str, object] = {}
         self.skinny_matmuls = skinny_matmuls
+        self.tma = tma
         self._host_bound = host_bound_ops or self
 
     def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
@@ -345,7 +347,7 @@ class CudaOps(ComposedOps):
                       transposed: mx.array, tensor_map: mx.array | None = None) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight) and weight.shape[0] % 16 == 0:
             return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True,
-                                             tensor_map=tensor_map if cuda_matmul.TMA else None)
+                                             tensor_map=tensor_map if self.tma else None)
         return super().normed_swiglu(x, norm_weight, eps, weight, transposed)
 
     def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
@@ -421,9 +423,11 @@ class CudaOps(ComposedOps):
 CUDA_SKINNY_OPS = CudaOps(skinny_matmuls=True)
 CUDA_CUBLAS_OPS = CudaOps(skinny_matmuls=False)
 CUDA_OPS = CudaOps(skinny_matmuls=False, host_bound_ops=CUDA_SKINNY_OPS)
+CUDA_NO_TMA_OPS = CudaOps(skinny_matmuls=False, host_bound_ops=CudaOps(skinny_matmuls=True, tma=False))
 
 
 def cuda_ops(matmul: str) -> CudaOps:
-    """The CUDA ops for an ``MLXCEL_MATMUL`` choice: ``skinny`` in every decode step, ``cublas`` in none, else
-    (the default) in host-bound steps."""
-    return {"skinny": CUDA_SKINNY_OPS, "cublas": CUDA_CUBLAS_OPS}.get(matmul, CUDA_OPS)
+    """The CUDA ops for an ``MLXCEL_MATMUL`` choice: the skinny kernels in host-bound steps (the default),
+    ``skinny`` in every decode step, ``cublas`` in none, ``no-tma`` as the default with gate/up on the skinny
+    kernel rather than its TMA-fed one."""
+    return {"skinny": CUDA_SKINNY_OPS, "cublas": CUDA_CUBLAS_OPS, "no-tma": CUDA_NO_TMA_OPS}.get(matmul, CUDA_OPS)

@@ -610,9 +610,6 @@ PRODUCT = Epilogue()
 SMS = 132   # an H200's multiprocessors: a block holds one, its shared memory being most of one's
 # Whether tiles_for gives every launch to producer_matmul (producer_tiles): off, a sweep's switch.
 PRODUCER = False
-# Whether the decode step's gate/up (the weights ``takes_tensor_map`` names) run on producer_matmul through
-# their tensor maps (an A/B probe's switch).
-TMA = True
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ from . import backend_name
 from .kv_quant import Pages
 
 LAYER_OPS_ENV = "MLXCEL_LAYER_OPS"
-MATMUL_ENV = "MLXCEL_MATMUL"     # skinny: every step's projections; cublas: none; else host-bound steps
+MATMUL_ENV = "MLXCEL_MATMUL"     # skinny: every step's projections; cublas: none; else host-bound steps (no-tma:
+                                 # those without TMA)
 
 
 @dataclass(frozen=True)

@@ -87,12 +87,13 @@ def test_only_the_engines_own_linear_reaches_the_kernel():
     assert CUDA_OPS.skinny_matmuls is False and CUDA_SKINNY_OPS.skinny_matmuls is True
 
 
-@pytest.mark.parametrize("value, every_step, host_bound", [("", False, True), ("cublas", False, False),
-                                                            ("skinny", True, True)])
-def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(value, every_step, host_bound):
+@pytest.mark.parametrize("value, every_step, host_bound, tma", [("", False, True, True), ("cublas", False, False, True),
+                                                                 ("skinny", True, True, True),
+                                                                 ("no-tma", False, True, False)])
+def test_host_bound_steps_take_the_skinny_kernel_unless_the_env_says_cublas(value, every_step, host_bound, tma):
     ops = cuda_ops(value)
     assert ops.skinny_matmuls is every_step
-    assert ops.host_bound().skinny_matmuls is host_bound
+    assert ops.host_bound().skinny_matmuls is host_bound and ops.host_bound().tma is tma
 
 
 @pytest.mark.parametrize("max_rows, rows", [(1, [16]), (16, [16]), (17, [16, 32]), (64, [16, 32, 48, 64]),
