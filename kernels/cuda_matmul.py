@@ -680,18 +680,13 @@ def tiles_for(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
 
 
 def producer_tiles(rows: int, n: int, epilogue: Epilogue = PRODUCT) -> Tiles:
-    """producer_matmul's launch for ``rows`` x ``n``: tiles_for's block width (the one whose blocks fill the
-    SMs' waves best; 32 columns past 32 rows, for the accumulators' registers), 4 consumer warps, one looping
-    block an SM with the deepest ring of up to 16 chunks that fits its shared memory. An SM's share of the
-    memory's rate times its latency is ~30 KB (3.8 TB/s over 132 SMs, ~1 us); 11 chunks of 32 weight rows
-    hold 80 KB of them in flight."""
-    def filled(n_tiles: int) -> float:
-        blocks = -(-n // (8 * n_tiles))
-        return blocks / (-(-blocks // SMS) * SMS)
-
+    """producer_matmul's launch for ``rows`` x ``n``: blocks of 64 columns (the tensor map's boxes are half a
+    block's rows: ``weight_map``), 32 past 32 rows (the accumulators' registers), 4 consumer warps, one
+    looping block an SM with the deepest ring of up to 16 chunks that fits its shared memory and is a whole
+    number of rounds of the consumers. An SM's share of the memory's rate times its latency is ~30 KB (3.8 TB/s
+    over 132 SMs, ~1 us): 15 chunks of 64 weight rows hold 120 KB in flight."""
     m_tiles = -(-rows // 16)
-    n_tiles = 4 if m_tiles > 2 else max((8, 6, 4), key=lambda tiles: (round(filled(tiles), 2), tiles))
-    tiles = Tiles(m_tiles, n_tiles, 4, 16, loop=True, producer=True)
+    tiles = Tiles(m_tiles, 8 if m_tiles <= 2 else 4, 4, 16, loop=True, producer=True)
     while tiles.stages > tiles.warps and tiles.shared_bytes(epilogue) > SHARED_LIMIT:
         tiles = replace(tiles, stages=tiles.stages - tiles.warps)   # a stage read by one consumer only
     return tiles
@@ -756,7 +751,7 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     rows = x.size // k
     if tiles is None:
         mapped = tensor_map is not None and rows <= 32
-        tiles = replace(producer_tiles(rows, n, epilogue), n_tiles=8) if mapped else tiles_for(rows, n, epilogue)
+        tiles = producer_tiles(rows, n, epilogue) if mapped else tiles_for(rows, n, epilogue)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
     if tiles.producer:
         if tensor_map is None or tiles.n_tiles != 8:
