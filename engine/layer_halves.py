@@ -114,7 +114,7 @@ def transposing_linears(layer: nn.Module) -> list[nn.Module]:
 
 def mapped_linears(layer: nn.Module) -> list[nn.Module]:
     """The layer's engine Linears that carry a TMA tensor map (model.Linear), which a trace takes too."""
-    return [linear for linear in transposing_linears(layer) if linear._tensor_map is not None]
+    return [linear for linear in transposing_linears(layer) if linear.tensor_map() is not None]
 
 
 def layer_weights(layer: nn.Module) -> list[mx.array]:

@@ -221,7 +221,7 @@ class Linear(nn.Module):
     def prepare(self) -> None:
         self.weight, transposed = transposed_rows(self.weight)
         self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
-        if not on_cpu() and mx.cuda.is_available():
+        if not on_cpu():
             from mlxcel.kernels import cuda_matmul
             tensor_map = cuda_matmul.weight_map(self.weight) if cuda_matmul.takes_tensor_map(self.weight) else None
             if tensor_map is not None:

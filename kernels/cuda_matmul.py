@@ -728,12 +728,15 @@ def takes_tensor_map(weight: mx.array) -> bool:
             and weight.shape[0] >= 2 * SMS * 64 and mx.cuda.is_available() and hopper())
 
 
+# A tensor map's box: half of a producer block's weight rows (gate's or up's with SWIGLU), 4 x its n tiles.
+MAP_BOX_ROWS = 32   # producer_tiles' 64-column blocks
+
+
 def weight_map(weight: mx.array) -> mx.array | None:
-    """The weight's tensor map for producer_matmul's blocks of 64 columns (boxes of 32 rows: gate's and up's
-    halves with SWIGLU, the block's two halves without); None where the driver cannot encode one (its
-    products stay on the skinny kernel)."""
+    """The weight's tensor map for producer_matmul's blocks of 64 columns (``MAP_BOX_ROWS``); None where the
+    driver cannot encode one (its products stay on the skinny kernel)."""
     try:
-        return tensor_maps.weight_map(weight, 32)
+        return tensor_maps.weight_map(weight, MAP_BOX_ROWS)
     except (OSError, AttributeError) as error:
         log.info("no tensor map for a %s weight (%s): its products stay on the skinny kernel", weight.shape, error)
         return None
@@ -754,8 +757,9 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
         tiles = producer_tiles(rows, n, epilogue) if mapped else tiles_for(rows, n, epilogue)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
     if tiles.producer:
-        if tensor_map is None or tiles.n_tiles != 8:
-            tensor_map = tensor_maps.weight_map(weight, 4 * tiles.n_tiles)
+        box_rows = 4 * tiles.n_tiles
+        if tensor_map is None or box_rows != MAP_BOX_ROWS:   # a sweep's or a test's launch shape
+            tensor_map = tensor_maps.weight_map(weight, box_rows)
         inputs.insert(2, tensor_map)
     y, = kernel_for(epilogue, tiles.shared_bytes(epilogue), tiles.producer)(
         inputs=inputs,

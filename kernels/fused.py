@@ -87,9 +87,10 @@ WARPGROUP_ROWS = 64       # stacked heads a warpgroup of the warpgroup kernel ow
 # products; in turn-taking blocks of two, no faster, H100). int8 blocks also
 # convert each staged chunk into operands, once a block: two warpgroups and a
 # ring of three were 4-7% faster than one warpgroup and two, 11% faster again
-# at 32768 with the next chunk converted under this one's O += P V, and 9%
-# faster again with a producer warpgroup converting for both (the kernel,
-# H100: 8192 and 32768 shared x 32; a ring of four no faster).
+# at 32768 with the next chunk converted under this one's O += P V, 9%
+# faster again with a producer warpgroup converting for both, and 9% again
+# at 32768 with two (the kernel, H100: 8192 and 32768 shared x 32; a ring of
+# four no faster).
 WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 
