@@ -343,6 +343,7 @@ def main() -> None:
                                                                arms["flat"]["tokens"])
     report["reads_agree"] = {name: arms[name]["tokens"] == arms[f"{name}_2"]["tokens"]
                              for name in arms if not name.endswith("_2")}
+    save()      # the token checks are kept even where mlx-lm's arm does not fit the GPU
     if not args.skip_mlx_lm:
         # mlx-lm's batch of 8K prompts peaks near the whole GPU: the engine's traces (one per ops and batch
         # layout, each holding its graph's buffers) go first.
