@@ -30,8 +30,8 @@ import numpy as np
 
 from gpu_attention_bench import depend
 from gpu_timeline import complete_events
-from mlxcel.kernels.cuda_matmul import (SHARED_LIMIT, Tiles, producer_tiles, skinny_matmul,
-                                        tiles_for)
+from mlxcel.kernels.cuda_matmul import (MAP_BOX_ROWS, SHARED_LIMIT, Tiles, producer_tiles, skinny_matmul,
+                                        tiles_for, weight_map)
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
 SWEEP = [f"{n}x{w}x{st}" for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
@@ -122,8 +122,13 @@ def main() -> None:
             configs = [picked] + [replace(picked, loop=False)] * picked.loop + [producer_pick] * args.producer
             swept = [launch_shape(shape, picked.m_tiles) for shape in sweep] if args.sweep and rows == 32 else []
             configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT]
+            # A producer launch of the engine's box rows reads each weight's map made once, as the engine's
+            # Linear makes it at load (others make theirs at each call: an eval and fresh memory a call).
+            maps = ([weight_map(w) for w in weights] if any(t.producer and 4 * t.n_tiles == MAP_BOX_ROWS
+                                                             for t in configs) else [None] * copies)
             for tiles in configs:
-                arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(x, weights[i % copies], t)
+                arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(
+                    x, weights[i % copies], t, tensor_map=maps[i % copies] if t.producer else None)
             for arm, call in arms.items():
                 err = error(call(x, 0), want)
                 assert err < MAX_ERROR, f"{name} x {rows} rows, {arm}: max error {err:.2e} of the output's scale"
