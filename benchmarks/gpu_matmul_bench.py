@@ -113,6 +113,7 @@ def main() -> None:
         mx.eval(weights, transposed)
         floor_us = n * k * 2 / 4.8e12 * 1e6
         w64 = as64(weights[0])
+        maps = None
         for rows in args.rows:
             x = mx.random.normal((rows, 1, k)).astype(mx.bfloat16)
             picked, producer_pick = tiles_for(rows, n), producer_tiles(rows, n)
@@ -124,11 +125,11 @@ def main() -> None:
             configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT]
             # A producer launch of the engine's box rows reads each weight's map made once, as the engine's
             # Linear makes it at load (others make theirs at each call: an eval and fresh memory a call).
-            maps = ([weight_map(w) for w in weights] if any(t.producer and 4 * t.n_tiles == MAP_BOX_ROWS
-                                                             for t in configs) else [None] * copies)
+            if maps is None and any(t.producer and 4 * t.n_tiles == MAP_BOX_ROWS for t in configs):
+                maps = [weight_map(w) for w in weights]
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(
-                    x, weights[i % copies], t, tensor_map=maps[i % copies] if t.producer else None)
+                    x, weights[i % copies], t, tensor_map=maps[i % copies] if t.producer and maps else None)
             for arm, call in arms.items():
                 err = error(call(x, 0), want)
                 assert err < MAX_ERROR, f"{name} x {rows} rows, {arm}: max error {err:.2e} of the output's scale"
