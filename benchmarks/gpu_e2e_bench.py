@@ -89,13 +89,15 @@ def random_models(model_dir: Path, layers: int) -> tuple[nn.Module, LoadedModel]
 
 
 def make_engine(loaded: LoadedModel, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
-                shared: int, kv_dtype: str | None = None) -> Engine:
+                shared: int, kv_dtype: str | None = None, pool_pages: int = 0) -> Engine:
     # The pool holds the shared prefix once (the prefix cache adopts it) plus
     # every request's own pages; sizing it for unshared prompts would take
-    # ~40 GB per engine at 32 x 8K on this model and starve the mlx-lm arm.
+    # ~40 GB per engine at 32 x 8K on this model and starve the mlx-lm arm. ``pool_pages``: a larger pool, as
+    # a server sizes one to its memory (MLX counts a layer's whole pool in its CUDA graphs' byte bound).
     own = max(len(p) - shared for p in batch) + new_tokens
     pages = shared // block_size + len(batch) * (-(-own // block_size) + 1)
-    return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages + 64, max_running=len(batch),
+    return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=max(pages + 64, pool_pages),
+                                       max_running=len(batch),
                                        max_batched_tokens=2048, kv_dtype=kv_dtype),
                   cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
 
@@ -131,10 +133,10 @@ def run_engine(engine: Engine, batch: list[list[int]], new_tokens: int, each_ste
 
 
 def engine_arm(loaded, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
-               shared: int, kv_dtype: str | None = None, matmul: str = "auto") -> dict:
+               shared: int, kv_dtype: str | None = None, matmul: str = "auto", pool_pages: int = 0) -> dict:
     """One read; ``matmul`` the engine's MLXCEL_MATMUL for it."""
     with matmul_env(matmul):
-        engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype)
+        engine = make_engine(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype, pool_pages)
         result = run_engine(engine, batch, new_tokens)
         release(engine)
     return result
@@ -156,7 +158,7 @@ def matmul_env(matmul: str):
 
 def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
             kv_dtypes: tuple[str | None, ...] = (None,), matmuls: tuple[str, ...] = ("auto",),
-            new_tokens: int = 16) -> None:
+            new_tokens: int = 16, pool_pages: int = 0) -> None:
     """Each path once first, so that no measured read pays for compiling its kernels (NVRTC builds each
     template instance on its first launch: seconds at this shape) or tracing its layers. Rows join one a step,
     so a read of fewer tokens than the batch never runs a decode-only step of the whole batch, whose new kernel
@@ -165,7 +167,7 @@ def warm_up(loaded, batch: list[list[int]], block_size: int, shared: int,
     for kv_dtype in kv_dtypes:
         for cascade in (True, False):
             for matmul in matmuls if cascade else matmuls[:1]:
-                engine_arm(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype, matmul)
+                engine_arm(loaded, batch, new_tokens, cascade, block_size, shared, kv_dtype, matmul, pool_pages)
 
 
 def arm_order(kv_dtypes: list[str], matmuls: list[str] = ("auto",)) -> list[tuple[str, bool, str, str]]:
@@ -303,6 +305,8 @@ def main() -> None:
     parser.add_argument("--fit-private", type=int, default=0,
                         help="also count the sessions of this many own tokens each --fit-kv-dtypes pool holds")
     parser.add_argument("--fit-kv-dtypes", default="bfloat16,int8,int4")
+    parser.add_argument("--pool-pages", type=int, default=0,
+                        help="the engine arms' pool in pages (default: what the cell needs)")
     parser.add_argument("--cascade-matmuls", default="auto",
                         help="comma-separated MLXCEL_MATMUL choices to run the cascade arms with (auto, cublas, "
                              "no-tma)")
@@ -327,10 +331,12 @@ def main() -> None:
         print("fit", json.dumps(report["fit"]), flush=True)
         save()
     matmuls = args.cascade_matmuls.split(",")
-    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), tuple(matmuls), args.new_tokens)
+    warm_up(loaded, batch, args.block_size, args.shared, tuple(kv_dtypes), tuple(matmuls), args.new_tokens,
+            args.pool_pages)
     arms = {}
     for key, cascade, kv_dtype, matmul in arm_order(kv_dtypes, matmuls):
-        result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype, matmul)
+        result = engine_arm(loaded, batch, args.new_tokens, cascade, args.block_size, args.shared, kv_dtype, matmul,
+                            args.pool_pages)
         arms[key] = result
         report[key] = {"kv_dtype": kv_dtype, "matmul": matmul, **{k: v for k, v in result.items() if k != "tokens"}}
         print(key, json.dumps(report[key]), flush=True)
