@@ -53,9 +53,11 @@ import numpy as np
 
 from mlx_lm.utils import _get_classes, load_config, load_tokenizer
 
+from mlxcel.engine import graph_bound
 from mlxcel.engine.config import CascadeConfig, EngineConfig
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.model import LoadedModel, on_pool
+from mlxcel.engine.pool import PoolGeometry
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.engine.random_model import VOCAB_SIZE, generate_random_model
 from mlxcel.kernels.layer_ops import MATMUL_ENV
@@ -88,16 +90,25 @@ def random_models(model_dir: Path, layers: int) -> tuple[nn.Module, LoadedModel]
     return stock, on_pool(ours, load_tokenizer(model_dir), "qwen3-8b-random", model_dir, "qwen3")
 
 
+def engine_pages(batch: list[list[int]], new_tokens: int, block_size: int, shared: int, pool_pages: int = 0) -> int:
+    """The engine arms' pool: the shared prefix once (the prefix cache adopts it) plus every request's own
+    pages; sizing it for unshared prompts would take ~40 GB per engine at 32 x 8K on this model and starve
+    the mlx-lm arm. ``pool_pages``: a larger pool, as a server sizes one to its memory."""
+    own = max(len(p) - shared for p in batch) + new_tokens
+    return max(shared // block_size + len(batch) * (-(-own // block_size) + 1) + 64, pool_pages)
+
+
+def widen_graph_bound(layers: int, block_size: int, pages: int) -> None:
+    """MLX's graph byte bound as the serve command sets it (graph_bound) for a pool of ``pages`` on this
+    model (bf16's pages, the largest); before anything runs on the GPU."""
+    geometry = PoolGeometry.named(layers, QWEN3_8B["num_kv_heads"], QWEN3_8B["head_dim"], block_size, "bfloat16")
+    graph_bound.widen_for_pool(pages * geometry.bytes_per_block // layers)
+
+
 def make_engine(loaded: LoadedModel, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
                 shared: int, kv_dtype: str | None = None, pool_pages: int = 0) -> Engine:
-    # The pool holds the shared prefix once (the prefix cache adopts it) plus
-    # every request's own pages; sizing it for unshared prompts would take
-    # ~40 GB per engine at 32 x 8K on this model and starve the mlx-lm arm. ``pool_pages``: a larger pool, as
-    # a server sizes one to its memory (MLX counts a layer's whole pool in its CUDA graphs' byte bound).
-    own = max(len(p) - shared for p in batch) + new_tokens
-    pages = shared // block_size + len(batch) * (-(-own // block_size) + 1)
-    return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=max(pages + 64, pool_pages),
-                                       max_running=len(batch),
+    pages = engine_pages(batch, new_tokens, block_size, shared, pool_pages)
+    return Engine(loaded, EngineConfig(block_size=block_size, num_blocks=pages, max_running=len(batch),
                                        max_batched_tokens=2048, kv_dtype=kv_dtype),
                   cascade=CascadeConfig(enabled=cascade, min_shared_pages=16, min_members=2))
 
@@ -318,10 +329,13 @@ def main() -> None:
     def save() -> None:
         (args.out / "e2e_bench.json").write_text(json.dumps(report, indent=1))
 
+    batch = prompts(args.concurrency, args.shared, args.suffix)
+    widen_graph_bound(args.layers, args.block_size, engine_pages(batch, args.new_tokens, args.block_size,
+                                                                 args.shared, args.pool_pages))
+    report["mlx_graph_limits"] = {k: os.environ.get(k) for k in MLX_GRAPH_LIMITS}
     start = time.perf_counter()
     stock, loaded = random_models(args.model_dir, args.layers)
     report["model_build_s"] = time.perf_counter() - start
-    batch = prompts(args.concurrency, args.shared, args.suffix)
     print(json.dumps({"model_build_s": report["model_build_s"]}), flush=True)
 
     kv_dtypes = args.kv_dtypes.split(",")

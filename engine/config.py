@@ -165,3 +165,7 @@ class EngineConfig:
     max_running: int = 64
     max_batched_tokens: int = 512  # tokens a step computes: the decodes' and a prefill chunk's
     prefix_caching: bool = True
+
+    def pool_blocks(self, geometry) -> int:
+        """The pool's blocks: ``num_blocks``, else as many of ``geometry``'s as ``pool_bytes`` holds."""
+        return self.num_blocks or geometry.blocks_for_bytes(self.pool_bytes)

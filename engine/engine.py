@@ -112,12 +112,11 @@ class Engine:
         self.metrics = metrics or EngineMetrics()
         geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
                                       self.config.block_size, self.config.kv_dtype or dtype_name(loaded.dtype))
-        num_blocks = self.config.num_blocks or geometry.blocks_for_bytes(self.config.pool_bytes)
-        self.pool = BlockPool(geometry, num_blocks)
+        self.pool = BlockPool(geometry, self.config.pool_blocks(geometry))
         # The same pages at the model's own dtype: what the snapshot and /metrics compare the format with.
         self.model_dtype_geometry = replace(geometry, dtype=loaded.dtype, quant=None)
         if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike
-            facts = PoolFacts(num_blocks, geometry.block_size, geometry.kv_dtype)
+            facts = PoolFacts(self.pool.num_blocks, geometry.block_size, geometry.kv_dtype)
             ranks.share_pool(model_facts(loaded), facts)
             ranks.on_fault.append(self._fail)
         self.cache = PrefixCache(self.pool, enabled=self.config.prefix_caching)

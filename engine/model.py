@@ -36,7 +36,7 @@ from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 from .attention import TraceableAttention, paged_prefill_attention
 from .decode_plan import DecodePlan
 from .layer_halves import LayerHalves, TracedLayers, shared_traces
-from .pool import BlockPool
+from .pool import FLOAT_KV_DTYPES, BlockPool, PoolGeometry
 
 # model_type (as in config.json) -> the mlx-lm module implementing it
 SUPPORTED_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
@@ -86,6 +86,19 @@ def read_model_type(path: Path) -> str:
         supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
         raise ModelLoadError(f"model type '{model_type}' is not supported (supported: {supported})")
     return model_type
+
+
+def config_pool_geometry(path: Path, block_size: int, kv_dtype: str | None) -> PoolGeometry:
+    """The pool geometry of the model directory at ``path``, read from its
+    config.json before the model loads; ``kv_dtype`` None: the config's
+    torch_dtype where it names a float one, else float32 (the larger pages)."""
+    read_model_type(path)
+    config = json.loads((path / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    own = config.get("torch_dtype")
+    return PoolGeometry.named(config["num_hidden_layers"], config.get("num_key_value_heads", heads), head_dim,
+                              block_size, kv_dtype or (own if own in FLOAT_KV_DTYPES else "float32"))
 
 
 def load_model(path: str | Path, name: str | None = None, group: mx.distributed.Group | None = None) -> LoadedModel:

@@ -43,14 +43,16 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     config = CascadeConfig.from_env()
     config.update(**{k: v for k, v in (("enabled", cascade), ("min_shared_pages", min_shared_pages),
                                        ("min_members", min_members)) if v is not None})
-    loaded = load_served_model(model, None if dtype == "auto" else dtype, progress, stage or (lambda what: None),
-                               ranks)
     engine_config = EngineConfig(block_size=block_size, num_blocks=kv_blocks,
                                  kv_dtype=None if kv_dtype == "auto" else kv_dtype)
     if max_batched_tokens:
         engine_config.max_batched_tokens = max_batched_tokens
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
+    stage = stage or (lambda what: None)
+    path, name = model_path(model, None if dtype == "auto" else dtype, progress, stage)
+    widen_graph_bound(path, engine_config, None if dtype == "auto" else dtype)
+    loaded = load_model_at(path, name, model, None if dtype == "auto" else dtype, stage, ranks)
     try:
         engine = Engine(loaded, engine_config, cascade=config, ranks=ranks)
     except ValueError as err:   # the pool's refusal: PoolGeometry.named, BlockPool
@@ -96,10 +98,30 @@ def check_ranks(model: str | None, dtype: str, ranks: int, progress=None) -> Non
         raise CliError(str(err)) from err
 
 
+def widen_graph_bound(path: Path, engine_config, dtype: str | None) -> None:
+    """MLX's CUDA graph byte bound for the pool the engine will make on the model at ``path``
+    (graph_bound), set before the model loads. A config the pool's sizing cannot read is
+    left to the load and the engine, which say what is wrong."""
+    from mlxcel.engine import graph_bound
+    from mlxcel.engine.model import ModelLoadError, config_pool_geometry
+
+    try:
+        geometry = config_pool_geometry(path, engine_config.block_size, engine_config.kv_dtype or dtype)
+    except (ModelLoadError, ValueError, KeyError, OSError):
+        return
+    blocks = engine_config.pool_blocks(geometry)
+    graph_bound.widen_for_pool(blocks * geometry.bytes_per_block // geometry.num_layers)
+
+
 def load_served_model(model: str | None, dtype: str | None, progress, stage, ranks=None):
+    path, name = model_path(model, dtype, progress, stage)
+    return load_model_at(path, name, model, dtype, stage, ranks)
+
+
+def load_model_at(path: Path, name: str | None, model: str | None, dtype: str | None, stage, ranks=None):
+    """The model at ``path`` (``name``: a built-in one's, None for a directory given as ``model``)."""
     from mlxcel.engine.model import ModelLoadError, load_model
 
-    path, name = model_path(model, dtype, progress, stage)
     group = ranks.group if ranks is not None else None
     try:
         stage(f"loading {name or model}" + (f" (rank {ranks.rank} of {ranks.size})" if ranks else ""))
