@@ -66,10 +66,15 @@ def builtin_model(name: str, dtype: str | None = None, home: Path | None = None,
                   progress: Progress | None = None) -> tuple[Path, str]:
     """(directory, served name) of built-in model ``name`` in ``dtype`` (default:
     the device's), built if needed."""
+    import mlx.core as mx
+
     dtype = dtype or device_dtype()
-    if name == TINY:
-        return tiny_model_path(home, dtype), TINY_MODEL_NAME
-    return smollm2_path(dtype, home, progress), DEFAULT_MODEL_NAME
+    # Built (on first use) on the CPU: a command sets MLX's CUDA graph bound before MLX first
+    # uses the GPU (graph_bound), and the load comes after this.
+    with mx.stream(mx.cpu):
+        if name == TINY:
+            return tiny_model_path(home, dtype), TINY_MODEL_NAME
+        return smollm2_path(dtype, home, progress), DEFAULT_MODEL_NAME
 
 
 def tiny_model_path(home: Path | None = None, dtype: str = "float32") -> Path:
