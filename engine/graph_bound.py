@@ -25,6 +25,8 @@ import os
 
 import mlx.core as mx
 
+from .pool import PoolGeometry
+
 BYTE_BOUND_ENV = "MLX_MAX_MB_PER_BUFFER"
 MLX_HOPPER_MB = 1000             # MLX's bound on Hopper (its get_graph_limits)
 POOL_COUNTS = 2 * 3              # two cascade layers' attention launches, each counting the layer's pool
@@ -35,7 +37,9 @@ def bound_mb(layer_pool_bytes: int) -> int:
     return MLX_HOPPER_MB + POOL_COUNTS * math.ceil(layer_pool_bytes / 2**20)
 
 
-def widen_for_pool(layer_pool_bytes: int) -> None:
-    """Set MLX's byte bound for this pool, on a CUDA device, unless the environment names one."""
+def widen_for_pool(geometry: PoolGeometry, blocks: int) -> None:
+    """Set MLX's byte bound for a pool of ``blocks`` of ``geometry``, on a CUDA
+    device, unless the environment names one."""
     if mx.cuda.is_available():
-        os.environ.setdefault(BYTE_BOUND_ENV, str(bound_mb(layer_pool_bytes)))
+        layer_bytes = blocks * geometry.bytes_per_block // geometry.num_layers
+        os.environ.setdefault(BYTE_BOUND_ENV, str(bound_mb(layer_bytes)))

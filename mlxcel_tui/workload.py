@@ -49,10 +49,11 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
         engine_config.max_batched_tokens = max_batched_tokens
     if kv_cache_mb:
         engine_config.pool_bytes = kv_cache_mb * 2**20
+    weights_dtype = None if dtype == "auto" else dtype
     stage = stage or (lambda what: None)
-    path, name = model_path(model, None if dtype == "auto" else dtype, progress, stage)
-    widen_graph_bound(path, engine_config, None if dtype == "auto" else dtype)
-    loaded = load_model_at(path, name, model, None if dtype == "auto" else dtype, stage, ranks)
+    path, name = model_path(model, weights_dtype, progress, stage)
+    widen_graph_bound(path, engine_config, weights_dtype)
+    loaded = load_model_at(path, name, model, weights_dtype, stage, ranks)
     try:
         engine = Engine(loaded, engine_config, cascade=config, ranks=ranks)
     except ValueError as err:   # the pool's refusal: PoolGeometry.named, BlockPool
@@ -109,8 +110,7 @@ def widen_graph_bound(path: Path, engine_config, dtype: str | None) -> None:
         geometry = config_pool_geometry(path, engine_config.block_size, engine_config.kv_dtype or dtype)
     except (ModelLoadError, ValueError, KeyError, OSError):
         return
-    blocks = engine_config.pool_blocks(geometry)
-    graph_bound.widen_for_pool(blocks * geometry.bytes_per_block // geometry.num_layers)
+    graph_bound.widen_for_pool(geometry, engine_config.pool_blocks(geometry))
 
 
 def load_served_model(model: str | None, dtype: str | None, progress, stage, ranks=None):

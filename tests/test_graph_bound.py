@@ -32,9 +32,14 @@ def test_the_bound_adds_two_cascade_layers_counts_of_the_pool():
     assert graph_bound.bound_mb(1) == 1006                      # a part of a MB counts as one
 
 
+def test_widening_sets_the_pools_bound(on_cuda):
+    graph_bound.widen_for_pool(PoolGeometry.named(36, 8, 128, 32, "bfloat16"), 5000)
+    assert graph_bound.os.environ[ENV] == "4750"                 # run 101's widened read
+
+
 def test_widening_leaves_a_value_the_environment_names(on_cuda, monkeypatch):
     monkeypatch.setenv(ENV, "123")
-    graph_bound.widen_for_pool(10 * 2**30)
+    graph_bound.widen_for_pool(PoolGeometry.named(36, 8, 128, 32, "bfloat16"), 5000)
     assert graph_bound.os.environ[ENV] == "123"
 
 
@@ -42,7 +47,7 @@ def test_nothing_is_set_without_a_cuda_device(monkeypatch):
     monkeypatch.setenv(ENV, "0")
     monkeypatch.delenv(ENV)
     monkeypatch.setattr(mx.cuda, "is_available", lambda: False)
-    graph_bound.widen_for_pool(10 * 2**30)
+    graph_bound.widen_for_pool(PoolGeometry.named(36, 8, 128, 32, "bfloat16"), 5000)
     assert ENV not in graph_bound.os.environ
 
 
