@@ -34,7 +34,7 @@ def test_the_bound_adds_two_cascade_layers_counts_of_the_pool():
 
 def test_widening_sets_the_pools_bound(on_cuda):
     graph_bound.widen_for_pool(PoolGeometry.named(36, 8, 128, 32, "bfloat16"), 5000)
-    assert graph_bound.os.environ[ENV] == "4750"                 # run 101's widened read
+    assert graph_bound.os.environ[ENV] == "4750"                 # 1000 + 6 x 625 MiB
 
 
 def test_widening_leaves_a_value_the_environment_names(on_cuda, monkeypatch):
