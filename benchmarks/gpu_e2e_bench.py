@@ -98,6 +98,13 @@ def engine_pages(batch: list[list[int]], new_tokens: int, block_size: int, share
     return max(shared // block_size + len(batch) * (-(-own // block_size) + 1) + 64, pool_pages)
 
 
+def widen_graph_bound(layers: int, block_size: int, pages: int) -> None:
+    """MLX's graph byte bound as the serve command sets it (graph_bound) for a pool of ``pages`` on the random
+    model (bf16's pages, the largest); before anything runs on the GPU."""
+    geometry = PoolGeometry.named(layers, QWEN3_8B["num_kv_heads"], QWEN3_8B["head_dim"], block_size, "bfloat16")
+    graph_bound.widen_for_pool(geometry, pages)
+
+
 def make_engine(loaded: LoadedModel, batch: list[list[int]], new_tokens: int, cascade: bool, block_size: int,
                 shared: int, kv_dtype: str | None = None, pool_pages: int = 0) -> Engine:
     pages = engine_pages(batch, new_tokens, block_size, shared, pool_pages)
@@ -323,12 +330,8 @@ def main() -> None:
         (args.out / "e2e_bench.json").write_text(json.dumps(report, indent=1))
 
     batch = prompts(args.concurrency, args.shared, args.suffix)
-    # MLX's graph byte bound as the serve command sets it for this pool (bf16's pages, the largest), before
-    # anything runs on the GPU.
-    geometry = PoolGeometry.named(args.layers, QWEN3_8B["num_kv_heads"], QWEN3_8B["head_dim"], args.block_size,
-                                  "bfloat16")
-    graph_bound.widen_for_pool(geometry, engine_pages(batch, args.new_tokens, args.block_size, args.shared,
-                                                      args.pool_pages))
+    widen_graph_bound(args.layers, args.block_size,
+                      engine_pages(batch, args.new_tokens, args.block_size, args.shared, args.pool_pages))
     report["mlx_graph_limits"] = {k: os.environ.get(k) for k in MLX_GRAPH_LIMITS}
     start = time.perf_counter()
     stock, loaded = random_models(args.model_dir, args.layers)

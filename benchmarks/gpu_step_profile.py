@@ -235,6 +235,10 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
+    if not args.model:   # the random model: the bound the serve command sets for the bench's pool
+        lengths = e2e.prompts(args.sessions, args.shared, args.suffix)   # (their ids come after the load)
+        e2e.widen_graph_bound(args.layers, args.block_size,
+                              e2e.engine_pages(lengths, args.new_tokens, args.block_size, args.shared))
     loaded = load_model(args.model) if args.model else e2e.random_models(args.model_dir, args.layers)[1]
     vocab = loaded.vocab_size
     batch = e2e.prompts(args.sessions, args.shared, args.suffix, vocab=vocab)
