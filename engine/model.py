@@ -88,17 +88,22 @@ def read_model_type(path: Path) -> str:
     return model_type
 
 
+def attention_heads(config: dict) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) of a config.json's attention."""
+    heads = config["num_attention_heads"]
+    return heads, config.get("num_key_value_heads", heads), config.get("head_dim") or config["hidden_size"] // heads
+
+
 def config_pool_geometry(path: Path, block_size: int, kv_dtype: str | None) -> PoolGeometry:
     """The pool geometry of the model directory at ``path``, read from its
     config.json before the model loads; ``kv_dtype`` None: the config's
     torch_dtype where it names a float one, else float32 (the larger pages)."""
     read_model_type(path)
     config = json.loads((path / "config.json").read_text())
-    heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    _, kv_heads, head_dim = attention_heads(config)
     own = config.get("torch_dtype")
-    return PoolGeometry.named(config["num_hidden_layers"], config.get("num_key_value_heads", heads), head_dim,
-                              block_size, kv_dtype or (own if own in FLOAT_KV_DTYPES else "float32"))
+    return PoolGeometry.named(config["num_hidden_layers"], kv_heads, head_dim, block_size,
+                              kv_dtype or (own if own in FLOAT_KV_DTYPES else "float32"))
 
 
 def load_model(path: str | Path, name: str | None = None, group: mx.distributed.Group | None = None) -> LoadedModel:
@@ -137,8 +142,7 @@ def check_shardable(path: Path, ranks: int, name: str | None = None) -> None:
     module = importlib.import_module(f"mlx_lm.models.{SUPPORTED_MODEL_TYPES[model_type]}")
     if not hasattr(module.Model, "shard"):
         raise ModelLoadError(f"mlx-lm cannot shard model type '{model_type}' (its Model has no shard())")
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    heads, kv_heads, head_dim = attention_heads(config)
     widths = {"attention heads": heads, "KV heads": kv_heads, "MLP width": config["intermediate_size"]}
     for what, count in widths.items():
         if ranks < 1 or count % ranks:
