@@ -54,7 +54,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     cells = [tuple(int(n) for n in c.split("x")) for c in sys.argv[2:]] or [
-        (8192, 32), (32768, 32), (2048, 32), (16384, 32), (8192, 8), (8192, 64), (4096, 128)]
+        (8192, 32), (32768, 32), (2048, 32), (8192, 64)]
     report, lines = {}, []
     for shared, batch in cells:
         cell = Cell(shared, TAIL, batch)
