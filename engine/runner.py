@@ -147,10 +147,9 @@ class ModelRunner:
                           else self.ranks.share_tokens(last_tokens, rows, self.loaded.vocab_size))
         ops = layer_ops()
         ctx = StepContext(self.pool, *upload(positions, blocks, positions % bs), decode_rows=rows, ops=ops,
-                          # Only where every read of the pool takes q (what orders the store before the reads):
-                          # the fused decode kernels do, a prefill chunk's gather does not.
-                          store_in_kernel=(inputs.prefill_table is None and ops.stores_in_place
-                                           and kernels.fused_takes(self.shape)),
+                          # Only where every read of the pool comes after the store: the fused decode kernels
+                          # take q, the store's output; a prefill chunk's gather is ordered after q (attend).
+                          store_in_kernel=ops.stores_in_place and (not rows or kernels.fused_takes(self.shape)),
                           traced=self.traced_layers if inputs.prefill_table is None else TracedLayers.OFF)
         outcomes = []
         if rows:

@@ -130,6 +130,15 @@ class QuantizedPages(NamedTuple):
 Pages = Union[mx.array, QuantizedPages]
 
 
+def read_after(pages: Pages, dependency: mx.array) -> Pages:
+    """``pages`` (the same buffers) for reads that MLX orders after ``dependency``
+    is computed: a kernel that wrote them in place returned it."""
+    if isinstance(pages, mx.array):
+        return mx.depends(pages, dependency)
+    ordered = iter(mx.depends([part for part in pages if part is not None], [dependency]))
+    return QuantizedPages(*(None if part is None else next(ordered) for part in pages))
+
+
 def quantize(x: mx.array, fmt: KVQuant) -> tuple[mx.array, mx.array, mx.array | None]:
     """(codes, scales, zeros) of x [..., D] (any float dtype), computed in float32.
     The stored (float16) scale and zero are the ones the codes are computed

@@ -436,6 +436,38 @@ def test_a_cpu_decode_step_stores_k_and_v_in_place_while_the_last_one_runs(make_
     assert max(rises) < layer_bytes / 4, [round(rise / layer_bytes, 2) for rise in rises]
 
 
+@pytest.mark.skipif(not mx.cuda.is_available(), reason="the q/k/v kernel's store needs a CUDA device (CI has none)")
+def test_a_gpu_step_with_a_prefill_chunk_stores_k_and_v_without_copying_a_held_pool(tiny_model_path, make_engine):
+    # MLX's scatter writes in place only into a buffer nothing else holds, and the previous step's kernels hold
+    # the pool until they finish: a step whose prefill chunk scattered its K/V copied every layer's pool while
+    # the last step ran (MLX's peak memory rose by a layer pool). The q/k/v kernel stores them itself, the
+    # chunk's gather ordered after it. Holding every layer's pool here stands in for the running step.
+    loaded = load_model(tiny_model_path)
+    loaded.set_dtype(mx.bfloat16)       # a dtype the fused decode kernels take
+    engine = make_engine(num_blocks=4096, loaded=loaded)
+    held = [*engine.pool.keys, *engine.pool.values]
+    layer_bytes = held[0].nbytes
+    rng = np.random.default_rng()
+    prefix = random_prompt(rng, 96)
+    first = [engine.submit(prefix + random_prompt(rng, 8), SamplingParams(max_tokens=24, ignore_eos=True))
+             for _ in range(2)]
+    rises, later = [], []
+    while True:
+        if len(later) < 3 and min(seq.num_completion_tokens for seq in first) >= 2:
+            later.append(engine.submit(random_prompt(rng, 40), SamplingParams(max_tokens=4, ignore_eos=True)))
+        mx.reset_peak_memory()
+        base = mx.get_active_memory()
+        if not engine.step():
+            break
+        launched = engine._inflight.batch if engine._inflight is not None else None
+        if launched is not None and launched.prefill is not None and launched.decode:   # a chunk beside decode rows
+            rises.append(mx.get_peak_memory() - base)
+    assert len(rises) >= 3
+    assert max(rises) < layer_bytes / 4, [round(rise / layer_bytes, 2) for rise in rises]
+    assert all(a is b for a, b in zip(held, [*engine.pool.keys, *engine.pool.values]))   # never replaced
+    assert all(seq.num_completion_tokens == seq.params.max_tokens for seq in first + later)
+
+
 @pytest.mark.skipif(not mx.cuda.is_available(), reason="the skinny matmul needs a CUDA device (CI has none)")
 def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model_path, make_engine, monkeypatch):
     # Steps the fused cascade serves (host-bound) run their projections on the skinny kernel; its sums
