@@ -28,10 +28,11 @@ hold it until they finish; once the host runs ahead of the GPU (the pipeline
 working as it should), a scatter copies the whole layer pool instead. The
 CUDA kernel writes the pool's buffer itself and returns q. MLX orders (and
 links in its CUDA graphs) only kernels that share an array, so the store is
-used only in steps where every read of the pool takes q as an input: decode
-steps served by the fused attention kernels (the runner decides; a prefill
-chunk's gather reads the pool without q). A later step's kernels run after
-this step's on the stream.
+used only in steps where every read of the pool comes after q: the fused
+attention kernels take q, and a prefill chunk's gather reads the pool through
+``kv_quant.read_after(pool, q)`` (the runner decides; a decode row another
+attention serves keeps the scatter). A later step's kernels run after this
+step's on the stream.
 
 Elsewhere (the CPU, Metal, a rope the kernel does not spell) both run as
 MLX's own ops, which define what the kernels compute; on the CPU the head
