@@ -290,10 +290,12 @@ def dense_attention(q: mx.array, keys: mx.array, values: mx.array, mask: mx.arra
 
 
 def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr: PagedCsrView, *,
-                            scale: float) -> mx.array:
+                            scale: float, stored_with: mx.array | None = None) -> mx.array:
     """Multi-token step: q [R, Hq, L, D] are each row's last L tokens (their K/V
     already written to the pool), causal. Pages are gathered into contiguous
-    K/V (a quantized pool's dequantized) for dense_attention. Returns [R, Hq, L, D] in q's dtype."""
+    K/V (a quantized pool's dequantized) for dense_attention. ``stored_with``:
+    the output of the kernel that wrote them in place, which the gathers then
+    follow. Returns [R, Hq, L, D] in q's dtype."""
     length = q.shape[2]
     host = csr.host
     if (host.num_tokens() < length).any():
@@ -302,6 +304,8 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
     slots = tiles.width * block_size
     at = PageGather.of(tiles.pages, block_size, num_kv_heads)
+    if stored_with is not None:
+        at = at.after(stored_with)
     keys, values = read_pages(k_pool, at, q.dtype), read_pages(v_pool, at, q.dtype)   # [R, Hkv, slots, D]
 
     newest = tiles.full_slots - (block_size - csr.last_page_len) - 1           # slot of each row's last token

@@ -31,7 +31,6 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
 
 from mlxcel.kernels import PagedCsrView
-from mlxcel.kernels.kv_quant import read_after
 from mlxcel.kernels.layer_ops import COMPOSED, ComposedOps, HeadSplit, PoolSlots
 
 from .attention import TraceableAttention, paged_prefill_attention
@@ -429,10 +428,9 @@ class StepContext:
             decode_q = q if self.prefill_csr is None else q[: self.decode_rows]
             parts.append(self.plan.attend(decode_q, k_pool, v_pool, self.decode_csr.last_page_len))
         if self.prefill_csr is not None:
-            if self.store_in_kernel:   # the gather reads the pool without q: ordered after the store by hand
-                k_pool, v_pool = read_after(k_pool, q), read_after(v_pool, q)
             chunk = q[self.decode_rows:].transpose(1, 0, 2)[None]                    # [1, Hq, L, D]
-            o = paged_prefill_attention(chunk, k_pool, v_pool, self.prefill_csr, scale=scale)
+            o = paged_prefill_attention(chunk, k_pool, v_pool, self.prefill_csr, scale=scale,
+                                        stored_with=q if self.store_in_kernel else None)
             parts.append(o[0].transpose(1, 0, 2))
         return parts[0] if len(parts) == 1 else mx.concatenate(parts)
 

@@ -130,15 +130,6 @@ class QuantizedPages(NamedTuple):
 Pages = Union[mx.array, QuantizedPages]
 
 
-def read_after(pages: Pages, dependency: mx.array) -> Pages:
-    """``pages`` (the same buffers) for reads that MLX orders after ``dependency``
-    is computed: a kernel that wrote them in place returned it."""
-    if isinstance(pages, mx.array):
-        return mx.depends(pages, dependency)
-    ordered = iter(mx.depends([part for part in pages if part is not None], [dependency]))
-    return QuantizedPages(*(None if part is None else next(ordered) for part in pages))
-
-
 def quantize(x: mx.array, fmt: KVQuant) -> tuple[mx.array, mx.array, mx.array | None]:
     """(codes, scales, zeros) of x [..., D] (any float dtype), computed in float32.
     The stored (float16) scale and zero are the ones the codes are computed
@@ -201,6 +192,14 @@ class PageGather(NamedTuple):
         tokens = pages[..., None] * block_size + mx.arange(block_size, dtype=mx.int32)   # [S, 1, P, block_size]
         rows = tokens * kv_heads + head_index(kv_heads)[..., None]
         return cls(pages, rows.reshape(pages.shape[0], kv_heads, -1))
+
+    def after(self, writer: mx.array) -> "PageGather":
+        """The same gather run only once ``writer`` is computed: the output of a kernel that wrote the pool
+        in place. MLX orders a GPU's kernels only through the buffers they read and write, so the indices
+        pass through a kernel that reads one element of ``writer`` (adding its bits & 0)."""
+        bits = writer.reshape(-1)[:1]
+        zero = (bits.view(mx.int16 if bits.itemsize == 2 else mx.int32) & 0).astype(mx.int32)
+        return PageGather(self.pages + zero, self.rows + zero)
 
 
 def gather_heads(part: mx.array, at: PageGather) -> mx.array:

@@ -29,8 +29,8 @@ working as it should), a scatter copies the whole layer pool instead. The
 CUDA kernel writes the pool's buffer itself and returns q. MLX orders (and
 links in its CUDA graphs) only kernels that share an array, so the store is
 used only in steps where every read of the pool comes after q: the fused
-attention kernels take q, and a prefill chunk's gather reads the pool through
-``kv_quant.read_after(pool, q)`` (the runner decides; a decode row another
+attention kernels take q, and a prefill chunk's gathers take indices made
+from q (``PageGather.after``; the runner decides; a decode row another
 attention serves keeps the scatter). A later step's kernels run after this
 step's on the stream.
 

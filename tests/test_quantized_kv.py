@@ -21,8 +21,7 @@ from mlxcel.engine.pool import BlockPool, PoolGeometry
 from mlxcel.engine.random_model import TINY_QWEN3, generate_random_model
 from mlxcel.engine.sampler import Sampled
 from mlxcel.engine.sequence import SamplingParams
-from mlxcel.kernels.kv_quant import (FORMATS, INT4, INT8, PageGather, QuantizedPages, dequantize, gather_heads,
-                                     quantize, read_after)
+from mlxcel.kernels.kv_quant import FORMATS, INT4, INT8, PageGather, QuantizedPages, dequantize, gather_heads, quantize
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_prefill
 from paged_cases import kernel_atol, make_case, mixed_batch, random_query, rng  # noqa: F401  (rng: a fixture)
 
@@ -148,19 +147,16 @@ def test_prefill_gather_dequantizes_what_it_gathers(rng, kv_dtype):
 
 
 @pytest.mark.parametrize("kv_dtype", [mx.float32, "int8", "int4"])
-def test_pages_read_after_q_are_the_same_pages(rng, kv_dtype):
-    # A GPU step whose q/k/v kernel stored the chunk's K/V reads the pool through read_after(pool, q): the same
-    # buffers behind a dependency, every part of quantized pages kept (int8 has no zeros).
+def test_a_prefill_gather_after_the_kernel_that_stored_the_pages_reads_the_same(rng, kv_dtype):
+    # A GPU step whose q/k/v kernel stored the chunk's K/V gathers through indices that pass through a kernel
+    # reading q (what orders the gathers after the store): the same indices, whatever q's bits (NaN included).
     tables, tokens = [[3, 0, 5], [1, 4]], [40, 25]
     case = make_case(rng, tables, tokens, block_size=16, head_dim=64, dtype=kv_dtype)
     q = random_query(rng, 2, case.q.shape[1], 64, length=7)
-    k_pool, v_pool = read_after(case.k_pool, q), read_after(case.v_pool, q)
-    assert type(k_pool) is type(case.k_pool)
-    if isinstance(k_pool, QuantizedPages):
-        assert [part is None for part in k_pool] == [part is None for part in case.k_pool]
-    o = paged_prefill_attention(q, k_pool, v_pool, case.csr, scale=case.scale)
-    ref = reference_prefill(q, case.k_pool, case.v_pool, case.host, case.scale)
-    np.testing.assert_allclose(np.array(o), ref, atol=2e-5, rtol=0)
+    for writer in (q, q.astype(mx.bfloat16), mx.full((3, 2), float("nan"))):
+        o = paged_prefill_attention(q, case.k_pool, case.v_pool, case.csr, scale=case.scale, stored_with=writer)
+        ref = reference_prefill(q, case.k_pool, case.v_pool, case.host, case.scale)
+        np.testing.assert_allclose(np.array(o), ref, atol=2e-5, rtol=0)
 
 
 # -- the quantization error of an engine step ------------------------------------------------

@@ -32,11 +32,15 @@ def main() -> None:
         run = e2e.run_engine(engine, batch, args.new_tokens)
         steps = engine.snapshot.recent_steps
         e2e.release(engine)
-        mixed = [1e3 * r.seconds for r in steps if r.prefill_tokens and r.batch > 1]
+        mixed_records = [r for r in steps if r.prefill_tokens and r.batch > 1]
+        mixed = [1e3 * r.seconds for r in mixed_records]
         decode = [1e3 * r.seconds for r in steps if r.kind == "decode" and not r.prefill_tokens and r.batch == 32]
         tokens.setdefault(kv, run["tokens"])
         reads.append({"kv": kv, "mixed_steps": len(mixed), "mixed_ms_median": statistics.median(mixed),
-                      "mixed_ms_mean": statistics.mean(mixed), "decode_ms_median": statistics.median(decode),
+                      "mixed_ms_mean": statistics.mean(mixed),
+                      "mixed_host_ms_median": 1e3 * statistics.median(r.host_seconds for r in mixed_records),
+                      "mixed_device_ms_median": 1e3 * statistics.median(r.device_seconds for r in mixed_records),
+                      "decode_ms_median": statistics.median(decode),
                       "peak_gb": run["peak_memory_gb"], "total_s": run["total_s"],
                       "same_tokens_as_first_read": run["tokens"] == tokens[kv]})
         print(json.dumps(reads[-1]), flush=True)

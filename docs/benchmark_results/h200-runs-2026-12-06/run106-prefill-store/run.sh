@@ -1,5 +1,5 @@
-# Run 106: the q/k/v kernel storing K/V in steps with a prefill chunk (the chunk's gather ordered after it)
-# against main's scatter, at a server-sized pool. Needs .base (git archive of main's engine kernels benchmarks
+# Run 106: the q/k/v kernel storing K/V in steps with a prefill chunk (the gathers ordered after it through
+# indices made from q) against main's scatter, at a server-sized pool. Needs .base (git archive of main's engine kernels
 # tests, before the change). Device calls: carry .whl-b .whl-lm .base after a call that copied .whl-a into
 # /tmp/w. Output: out/.
 set -u
