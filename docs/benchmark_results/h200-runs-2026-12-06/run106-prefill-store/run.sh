@@ -1,7 +1,7 @@
 # Run 106: the q/k/v kernel storing K/V in steps with a prefill chunk (the gathers ordered after it through
-# indices made from q) against main's scatter, at a server-sized pool. Needs .base (git archive of main's engine kernels
-# tests, before the change). Device calls: carry .whl-b .whl-lm .base after a call that copied .whl-a into
-# /tmp/w. Output: out/.
+# indices made from q) against main's scatter, at a server-sized pool. Needs .base (git archive of main's engine,
+# kernels, benchmarks and tests, before the change). Device calls: carry .whl-b .whl-lm .base after a call that
+# copied .whl-a into /tmp/w. Output: out/.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-06/run106-prefill-store
