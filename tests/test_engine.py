@@ -441,7 +441,7 @@ def test_a_gpu_step_with_a_prefill_chunk_stores_k_and_v_without_copying_a_held_p
     # MLX's scatter writes in place only into a buffer nothing else holds, and the previous step's kernels hold
     # the pool until they finish: a step whose prefill chunk scattered its K/V copied every layer's pool while
     # the last step ran (MLX's peak memory rose by a layer pool). The q/k/v kernel stores them itself, the
-    # chunk's gather ordered after it. Holding every layer's pool here stands in for the running step.
+    # chunk's gathers ordered after it. A view of every layer's pool held here stands in for the running step.
     loaded = load_model(tiny_model_path)
     loaded.set_dtype(mx.bfloat16)       # a dtype the fused decode kernels take
     engine = make_engine(num_blocks=4096, loaded=loaded)
@@ -454,7 +454,8 @@ def test_a_gpu_step_with_a_prefill_chunk_stores_k_and_v_without_copying_a_held_p
     while True:
         if len(later) < 3 and min(seq.num_completion_tokens for seq in first) >= 2:
             later.append(engine.submit(random_prompt(rng, 40), SamplingParams(max_tokens=4, ignore_eos=True)))
-        held = [*engine.pool.keys, *engine.pool.values]
+        held = [pool.reshape(pool.shape) for pool in (*engine.pool.keys, *engine.pool.values)]
+        mx.eval(held)
         mx.reset_peak_memory()
         base = mx.get_active_memory()
         if not engine.step():
@@ -463,7 +464,6 @@ def test_a_gpu_step_with_a_prefill_chunk_stores_k_and_v_without_copying_a_held_p
         if launched is not None and launched.prefill is not None and launched.decode:   # a chunk beside decode rows
             mx.eval(engine._inflight.launched.tokens)
             rises.append(mx.get_peak_memory() - base)
-            assert all(a is b for a, b in zip(held, [*engine.pool.keys, *engine.pool.values]))   # no scatter
     assert len(rises) >= 3
     assert max(rises) < layer_bytes / 4, [round(rise / layer_bytes, 2) for rise in rises]
     assert all(seq.num_completion_tokens == seq.params.max_tokens for seq in first + later)
