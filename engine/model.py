@@ -409,6 +409,9 @@ class StepContext:
     prefill_csr: PagedCsrView | None = None
     ops: ComposedOps = COMPOSED    # the layer ops' implementation for this step
     store_in_kernel: bool = False  # the q/k/v op writes K/V into the pool itself (layer_ops says when)
+    # The last layer's q where its q/k/v op stored K/V: what the step must evaluate to write every layer's
+    # K/V (a middle prefill chunk samples nothing, and the pool's arrays are not the stores' outputs).
+    stored: mx.array | None = None
     traced: TracedLayers = TracedLayers.OFF   # what of each layer runs traced (layer_halves says when)
 
     def traced_attention(self) -> TraceableAttention | None:
@@ -467,6 +470,8 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
         residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools)
         if k is not None:     # else the ops stored them (layer_ops: the pool written in place)
             ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)
+        else:
+            ctx.stored = q
         residual, h = after(residual, ctx.attend(index, q, layer.self_attn.scale))
     return inner.norm(h) if residual is None else ops.add_rms_norm(residual, h, inner.norm.weight, inner.norm.eps)[1]
 

@@ -96,13 +96,13 @@ class ModelRunner:
         with self.ranks.watch("a step to be built") if self.ranks is not None else nullcontext():
             if self.ranks is not None:
                 self.ranks.send_step(inputs)   # enqueued before the graph: the other ranks build theirs from it
-            hidden, last, outcomes = self.forward(inputs, last_tokens)
+            hidden, evaluated, outcomes = self.forward(inputs, last_tokens)
         sampling = batch.decode + ([batch.prefill] if batch.finishes_prefill else [])
         logits = head_logits(self.loaded.model, hidden)
         sampled = (self.sampler.sample(logits, sampling, last_tokens) if sampling
                    else Sampled(mx.zeros((0,), mx.int32)))
         return Launched(sampled, outcomes, time.perf_counter(),
-                        (*sampled.arrays, *([last] if self.ranks is not None else [])))
+                        (*sampled.arrays, *evaluated))
 
     def launch(self, launched: Launched) -> None:
         """Enqueue a built step (``mx.async_eval``): on the CPU this runs all but the last few of its tasks."""
@@ -112,8 +112,8 @@ class ModelRunner:
     def follow(self, inputs: StepInputs) -> None:
         """A rank other than 0: the same step from rank 0's inputs, its decode
         tokens from rank 0 inside the graph; nothing sampled."""
-        _, last, _ = self.forward(inputs, None)
-        self.enqueue(last)   # the caller watches: it may block
+        _, evaluated, _ = self.forward(inputs, None)
+        self.enqueue(*evaluated)   # the caller watches: it may block
 
     def enqueue(self, *outputs: mx.array) -> None:
         """``mx.async_eval`` of a step's outputs and the pool's arrays: outputs of
@@ -131,11 +131,13 @@ class ModelRunner:
             mx.async_eval(*outputs, self.pool.keys, self.pool.values)
 
     def forward(self, inputs: StepInputs,
-                last_tokens: mx.array | None) -> tuple[mx.array, mx.array, tuple[DecodeOutcome, ...]]:
+                last_tokens: mx.array | None) -> tuple[mx.array, tuple[mx.array, ...], tuple[DecodeOutcome, ...]]:
         """The graph up to the last norm on the rows that sample; what every rank
-        must evaluate (under tensor parallelism the last norm on every row: its
-        last layer's collectives, which a middle prefill chunk's sampling rows
-        would leave out on rank 0 alone; else nothing more); and what its
+        must evaluate besides the sampled tokens (under tensor parallelism the
+        last norm on every row: its last layer's collectives, which a middle
+        prefill chunk's sampling rows would leave out on rank 0 alone; where the
+        q/k/v ops stored K/V in place, the last store: a middle chunk samples
+        nothing, and the pool's arrays are not the stores' outputs); and what its
         attention launches did (the decode rows', the prefill chunk's)."""
         bs = self.pool.block_size
         rows = inputs.decode_rows
@@ -182,4 +184,5 @@ class ModelRunner:
             outcomes.append(gather_outcome(1, inputs.prefill_rows))
         for outcome in outcomes:
             log_first_launch(outcome)
-        return hidden, last, tuple(outcomes)
+        evaluated = (last,) if self.ranks is not None else ()
+        return hidden, evaluated + ((ctx.stored,) if ctx.stored is not None else ()), tuple(outcomes)

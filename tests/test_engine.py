@@ -100,7 +100,9 @@ def test_tokens_and_logits_match_mlx_lm(family, cascade, tiny_loaded, tiny_model
 def test_bfloat16_steps_are_as_accurate_as_mlx_lm(cascade, tiny_model_path, make_engine):
     """The bfloat16 path (on a CUDA device: the fused layer ops, K/V stored by the q/k/v kernel, the fused
     attention kernels) scored as mlx-lm's own bfloat16 model is: both against a float32 forward pass of the
-    same bf16-rounded weights, fed the engine's tokens (so a near-tie cannot make the runs diverge). Two
+    same bf16-rounded weights, fed the engine's tokens (so a near-tie cannot make the runs diverge); each
+    prompt prefilled in chunks of at most 24 tokens, so middle chunks (which sample nothing) must still write
+    their K/V (on a CUDA device the q/k/v kernel stores them, outside any sampled token's graph). Two
     bfloat16 computations round at different points (fused q/k/v and gate/up, the add folded into the norm,
     paged attention), so neither equals the other; the engine's error stays within twice mlx-lm's plus 0.02
     (logits here reach ~5: a few bf16 ulps), and every token is the float32 argmax within that error. (The
@@ -116,7 +118,8 @@ def test_bfloat16_steps_are_as_accurate_as_mlx_lm(cascade, tiny_model_path, make
     rng = np.random.default_rng()
     shared = random_prompt(rng, 3 * 16 + 5)
     prompts = [shared + random_prompt(rng, n) for n in (3, 20, 9)]
-    engine = make_engine(enabled=cascade, min_shared_pages=2, block_size=16, loaded=loaded)
+    engine = make_engine(enabled=cascade, min_shared_pages=2, block_size=16, loaded=loaded, max_running=4,
+                         max_batched_tokens=24)
     tokens, logits = engine_greedy_logits(engine, prompts, max_tokens=8)
     for prompt, got_tokens, got_logits in zip(prompts, tokens, logits):
         forced = mx.array([prompt + got_tokens[:-1]])
