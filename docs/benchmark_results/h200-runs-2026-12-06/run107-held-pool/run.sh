@@ -3,7 +3,7 @@
 # test file), where it must fail; then a short e2e read with its teacher-forced check. Device calls: carry
 # .whl-b .whl-lm .base after a call that copied .whl-a into /tmp/w. Output: out/.
 #   run.sh tests   the held-pool test (and the bf16 accuracy tests) on main, the held-pool test on .base
-#   run.sh e2e     8 x 2K, 24 tokens, no mlx-lm arm: every arm's tokens teacher-forced (not run yet)
+#   run.sh e2e     8 x 2K, 24 tokens, no mlx-lm arm: every arm's tokens teacher-forced (out-e2e/: main failed it)
 set -u
 source benchmarks/device_env.sh || exit 1
 case $1 in
