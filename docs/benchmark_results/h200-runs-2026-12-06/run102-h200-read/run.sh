@@ -5,6 +5,8 @@
 #                  100 GB (an H200) runs mlx-lm's arm too (on an H100 its batch does not fit), P = b does not
 #   run.sh kernel  issue 26's kernel cell (8192 shared x 32, bf16 / int8 / int4 pages), two reads -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (32 x 32K, bf16 and int8 pages, cascade and flat ABBA) -> kv/
+#   run.sh profile issue 18's step profile (GPU busy, kernels by name, cascade and flat) -> profile/
+# Run on the H200 (out/): e2e a, e2e b, kernel (its two reads as two calls); not yet: kv, profile.
 set -u
 source benchmarks/device_env.sh || exit 1
 case $1 in
@@ -30,4 +32,8 @@ kv)
     --skip-mlx-lm > $out/e2e.log 2>&1
   echo "kv exit $? at $SECONDS s"; cp /tmp/e2e32/e2e_bench.json /tmp/e2e32/e2e_bench.md $out/ 2>/dev/null
   grep "^| " $out/e2e_bench.md ;;
+profile)
+  out=$OUT/profile; mkdir -p $out
+  timeout 400 python3 benchmarks/gpu_step_profile.py --out /tmp/sp > $out/step_profile.log 2>&1
+  echo "profile exit $? at $SECONDS s"; cp /tmp/sp/* $out/ 2>/dev/null; head -12 $out/step_profile.md ;;
 esac
