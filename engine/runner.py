@@ -122,8 +122,9 @@ class ModelRunner:
         last task holds every output's buffer until it runs, and the next step's
         first K/V stores (scatters, in place only into a buffer nothing else
         holds), dispatched while it waits, each copied a layer's pool (traced
-        halves, which dispatch them a few tasks into a step). A GPU's decode
-        steps store K/V in their kernels: one eval."""
+        halves, which dispatch them a few tasks into a step). A GPU's steps
+        mostly store K/V in their kernels (the outputs then hold the last
+        store, ``forward``): one eval."""
         if on_cpu():
             mx.async_eval(self.pool.keys, self.pool.values)
             mx.async_eval(*outputs)
