@@ -1,4 +1,4 @@
-# Run 111 (not run: no device came on 2026-12-06): whether MLX's memory limit sets the ~80 GB peak of run
+# Run 111 (ran on an H100, 2026-12-07: out/): whether MLX's memory limit sets the ~80 GB peak of run
 # 110's cell (5,000-page pool): probe.py, the default limit against 50 GB in one process. Device calls: carry
 # .whl-b .whl-lm after a call that copied .whl-a into /tmp/w (or on a warm machine with both installed). Output: $OUT.
 set -u
