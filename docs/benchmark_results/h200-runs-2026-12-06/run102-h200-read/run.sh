@@ -1,5 +1,5 @@
-# Run 102 (not run on an H200: none came; `e2e b` ran on an H100, out-h100-fixed/): main as it stands read for
-# both issues' verdicts. Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode
+# Run 102: main as it stands read for both issues' verdicts (`e2e b` also on an H100 after the middle chunks' fix:
+# out-h100-fixed/). Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode
 # one call, on one warm machine.
 #   run.sh e2e P   issue 18's cell (32 x 8K, cascade and flat ABBA), one process -> e2e-P/; P = a on a card over
 #                  100 GB (an H200) runs mlx-lm's arm too (on an H100 its batch does not fit), P = b does not
