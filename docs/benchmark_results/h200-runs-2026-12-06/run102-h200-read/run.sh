@@ -6,7 +6,7 @@
 #   run.sh kernel  issue 26's kernel cell (8192 shared x 32, bf16 / int8 / int4 pages), two reads -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (32 x 32K, bf16 and int8 pages, cascade and flat ABBA) -> kv/
 #   run.sh profile issue 18's step profile (GPU busy, kernels by name, cascade and flat) -> profile/
-# Run on the H200 (out/): e2e a, e2e b, kernel (its two reads as two calls); on an H100: profile (out-h100-profile/);
+# Run on the H200 (out/): e2e a, e2e b, kernel (its two reads as two calls); on an H100: profile, kv (out-h100-*/);
 # not yet on an H200: kv, profile.
 set -u
 source benchmarks/device_env.sh || exit 1
