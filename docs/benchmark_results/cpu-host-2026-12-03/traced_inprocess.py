@@ -1,6 +1,7 @@
 """Traced against untraced CPU decode in one process: an engine per MLXCEL_TRACED_LAYERS mode (the modes in the
 order given), N sessions behind a 1,024-token prefix, blocks of 8 steps of each engine in turn (its first step
-after the other's block refills its pipeline, not timed), 12 blocks; tok/s of each block, median and mean.
+after the other's block refills its pipeline, not timed), 12 blocks; tok/s of each block, median and mean, and
+the median step's host and device (MLX: encoding and running the kernels) ms of the timed steps.
 usage: [AB_MODEL=DIR AB_N=N] traced_inprocess.py on|off MODE MODE (cascade on or off; MODE on or off)"""
 import os, sys, time
 import mlx.core as mx, numpy as np
@@ -25,13 +26,18 @@ for mode in sys.argv[2:]:
 for mode, (e, seqs) in engines.items():
     while not all(s.num_completion_tokens > 4 for s in seqs): e.step()
 walls = {m: [] for m in engines}
+steps = {m: [] for m in engines}
 for block in range(12):
     for mode, (e, seqs) in engines.items():
         e.step()                      # the pipeline refills
         n0 = sum(s.num_completion_tokens for s in seqs); t = time.perf_counter()
         for _ in range(8): e.step()
         walls[mode].append((sum(s.num_completion_tokens for s in seqs) - n0) / (time.perf_counter() - t))
-for m, w in walls.items(): print(m, "tok/s median", round(np.median(w), 1), "mean", round(np.mean(w), 1))
+        steps[mode] += list(e._recent)[-8:]
+for m, w in walls.items():
+    host, device = (round(1e3 * float(np.median([getattr(r, f) for r in steps[m]])), 2)
+                    for f in ("host_seconds", "device_seconds"))
+    print(m, "tok/s median", round(np.median(w), 1), "mean", round(np.mean(w), 1), "host ms", host, "device ms", device)
 # The arms' tokens (greedy, the same prompts): each row's over the length both generated, and how many ids occur.
 (_, first), (_, second) = list(engines.values())[:2]
 common = [min(a.num_completion_tokens, b.num_completion_tokens) for a, b in zip(first, second)]
