@@ -67,6 +67,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
@@ -704,6 +705,23 @@ def kernel_for(epilogue: Epilogue, shared_bytes: int, producer: bool = False):
                        compact_source(LIBRARY), shared_bytes)
 
 
+# An experiment's switch (MLXCEL_TILED_WEIGHTS=on): the layers' weights stored in tiled_weight's layout, their
+# decode products on TILED launches, any other product of them (a prefill chunk's) on cuBLAS over an untiled
+# copy made at each call.
+TILED_WEIGHTS = os.environ.get("MLXCEL_TILED_WEIGHTS", "").strip().lower() == "on"
+
+
+def takes_tiled(weight: mx.array) -> bool:
+    """Whether tiled_weight lays this weight out (16-bit, whole 8-row tiles and 64-k chunks)."""
+    return weight.ndim == 2 and weight.dtype in DTYPES and weight.shape[0] % 8 == 0 and weight.shape[1] % CHUNK == 0
+
+
+def untiled(weight: mx.array) -> mx.array:
+    """tiled_weight's inverse (a copy)."""
+    n, k = weight.shape
+    return weight.reshape(n // 8, k // CHUNK, 8, CHUNK).transpose(0, 2, 1, 3).reshape(n, k)
+
+
 def tiled_weight(weight: mx.array) -> mx.array:
     """weight [N, K] laid out for a TILED launch: each 8 rows' 64-k chunk 1 KB of contiguous memory, the
     chunks of those rows one after another (a block's copies of a chunk one run of memory, not 8 rows apart)."""
@@ -765,6 +783,8 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     if tiles is None:
         mapped = tensor_map is not None and rows <= 32
         tiles = producer_tiles(rows, n, epilogue) if mapped else tiles_for(rows, n, epilogue)
+        if TILED_WEIGHTS and not mapped and takes_tiled(weight):
+            tiles = replace(tiles, tiled=True)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
     if tiles.producer:
         box_rows = 4 * tiles.n_tiles
