@@ -85,12 +85,13 @@ def traced_layers_wanted() -> TracedLayers:
 
 def before(layer: nn.Module, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,
            slot_blocks: mx.array | None = None, slot_offsets: mx.array | None = None,
-           k_pool: Pages | None = None, v_pool: Pages | None = None):
+           k_pool: Pages | None = None, v_pool: Pages | None = None, rope: tuple[mx.array, mx.array] | None = None):
     """(the stream, q [T, Hq, D], k, v [T, Hkv, D]) from the stream's pair
     (model.py; ``residual`` None: h is the stream). With the pool's arrays
-    the ops may store k and v themselves (then both None)."""
+    the ops may store k and v themselves (then both None); ``rope``: the
+    ops' tables of the step's positions (``step_rope``)."""
     slots = None if k_pool is None else PoolSlots(k_pool, v_pool, slot_blocks, slot_offsets)
-    return layer.self_attn.project(ops, residual, h, layer.input_layernorm, positions, slots)
+    return layer.self_attn.project(ops, residual, h, layer.input_layernorm, positions, slots, rope)
 
 
 def after(layer: nn.Module, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:

@@ -351,13 +351,13 @@ class PagedAttention(nn.Module):
         return (self.qkv_proj,) if "qkv_proj" in self else (self.q_proj, self.k_proj, self.v_proj)
 
     def project(self, ops: ComposedOps, residual: mx.array | None, h: mx.array, norm: nn.Module,
-                positions: mx.array, slots: PoolSlots | None):
+                positions: mx.array, slots: PoolSlots | None, rope: tuple[mx.array, mx.array] | None = None):
         """(the stream, q [T, Hq, D], k and v [T, Hkv, D]) from the stream's pair (residual, h [T, 1, hidden])
-        through ``norm``, q and k normalized and roped at ``positions``; with ``slots`` the ops may store k
-        and v into the pool themselves (then both None)."""
+        through ``norm``, q and k normalized and roped at ``positions`` (``rope``: the ops' tables of them);
+        with ``slots`` the ops may store k and v into the pool themselves (then both None)."""
         stream, projections = norm_project(ops, residual, h, norm, self.linears())
         if len(projections) == 1:
-            return (stream, *ops.split_heads(self.heads, projections[0], positions, slots))
+            return (stream, *ops.split_heads(self.heads, projections[0], positions, slots, rope))
         return (stream, *self.heads.rotate(*projections, positions))
 
     def output(self, ops: ComposedOps, residual: mx.array, o: mx.array) -> tuple[mx.array | None, mx.array]:
@@ -475,7 +475,8 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
         before, after = (halves.traced(ops) if ctx.traced != TracedLayers.OFF
                          else (partial(halves.before, ops), partial(halves.after, ops)))
         pools = (k_pool, v_pool) if ctx.store_in_kernel else (None, None)
-        residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools)
+        rope = ops.step_rope(layer.self_attn.heads, ctx.positions, h.dtype)
+        residual, q, k, v = before(residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, *pools, rope)
         if k is not None:     # else the ops stored them (layer_ops: the pool written in place)
             ctx.pool.write(index, ctx.slot_blocks, ctx.slot_offsets, k, v)
         else:

@@ -9,7 +9,8 @@ spells the q/k heads' work with fewer:
   norm's weight (Qwen3's two per-head norms are one);
 - the rope as ``x * cos + rotate_half(x) * sin``, its tables made once a step
   for every layer (``RotaryTables``) by MLX's own rope (of a unit vector, whose
-  rotation is the table itself), the sin table signed for the rotated half.
+  rotation is the table itself), the sin table signed for the rotated half;
+  traced layers take them as inputs (``step_rope``).
 
 Each output is the composed ops' bit for bit (the same ops on the same values:
 a product with 0 or 1 is exact, and so are the sum's order and the negated sin).
@@ -24,10 +25,13 @@ from .layer_ops import ComposedOps, HeadSplit, PoolSlots
 
 class RotaryTables:
     """One step's rope tables for the rows' positions: cos and the signed sin
-    [T, heads, D] (broadcast over the heads: a multiply by them adds no node),
-    made the first time a layer asks for them."""
+    [T, heads, D] (broadcast over the heads: a multiply by them adds no node)."""
 
-    def __init__(self, rope, positions: mx.array, heads: int, head_dim: int, dtype: mx.Dtype) -> None:
+    def __init__(self, cos: mx.array, signed_sin: mx.array) -> None:
+        self.cos, self.signed_sin = cos, signed_sin
+
+    @classmethod
+    def at(cls, rope, positions: mx.array, heads: int, head_dim: int, dtype: mx.Dtype) -> "RotaryTables":
         half = head_dim // 2
         unit = mx.concatenate([mx.ones((1, 1, 1, half), dtype), mx.zeros((1, 1, 1, half), dtype)], axis=-1)
         rows = positions.shape[0]
@@ -35,8 +39,8 @@ class RotaryTables:
         table = rope(mx.broadcast_to(unit, (rows, 1, 1, head_dim)), offset=positions).reshape(rows, 1, head_dim)
         cos, sin = table[..., :half], table[..., half:]
         shape = (rows, heads, head_dim)
-        self.cos = mx.broadcast_to(mx.concatenate([cos, cos], axis=-1), shape)
-        self.signed_sin = mx.broadcast_to(mx.concatenate([-sin, sin], axis=-1), shape)
+        return cls(mx.broadcast_to(mx.concatenate([cos, cos], axis=-1), shape),
+                   mx.broadcast_to(mx.concatenate([-sin, sin], axis=-1), shape))
 
     def rotate(self, x: mx.array) -> mx.array:
         """x [T, heads, D] roped (the half-split pairs: i with i + D/2)."""
@@ -53,15 +57,29 @@ def rms_norm_heads(x: mx.array, weight: mx.array, eps: float) -> mx.array:
 
 class CpuOps(ComposedOps):
     """MLX's ops where ``mx.fast`` falls back to them: ``split_heads`` in fewer graph nodes. The rope tables
-    of one step's positions are kept until the next step's (the layers read the same positions array)."""
+    of one step's positions are kept until the next step's (the layers read the same positions array), and
+    given to a traced layer as its inputs (``step_rope``): made inside the trace, every layer's replay would
+    make them again."""
 
     def __init__(self) -> None:
         self._tables: tuple[object, mx.array, RotaryTables] | None = None   # (rope key, positions, tables)
 
-    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
-                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
-        if (heads.frequencies is None or heads.frequencies[2] or not heads.norms_agree()
-                or (heads.q_norm is not None and heads.q_norm.weight.dtype != qkv.dtype)):
+    @staticmethod
+    def _splits(heads: HeadSplit, dtype: mx.Dtype) -> bool:
+        """Whether split_heads spells these heads' work itself (a half-split rope of known frequencies, q/k
+        norms alike of the activations' dtype)."""
+        return (heads.frequencies is not None and not heads.frequencies[2] and heads.norms_agree()
+                and (heads.q_norm is None or heads.q_norm.weight.dtype == dtype))
+
+    def step_rope(self, heads: HeadSplit, positions: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
+        if not self._splits(heads, dtype):
+            return None
+        tables = self.tables(heads, positions, heads.n_heads + heads.n_kv_heads, dtype)
+        return tables.cos, tables.signed_sin
+
+    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
+                    rope: tuple[mx.array, mx.array] | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        if not self._splits(heads, qkv.dtype):
             return super().split_heads(heads, qkv, positions, slots)
         hq, qk_heads = heads.n_heads, heads.n_heads + heads.n_kv_heads
         split = qkv.reshape(qkv.shape[0], qk_heads + heads.n_kv_heads, heads.head_dim)
@@ -70,7 +88,8 @@ class CpuOps(ComposedOps):
             weight = mx.concatenate([mx.broadcast_to(heads.q_norm.weight, (hq, heads.head_dim)),
                                      mx.broadcast_to(heads.k_norm.weight, (qk_heads - hq, heads.head_dim))])
             qk = rms_norm_heads(qk, weight, heads.q_norm.eps)
-        qk = self.tables(heads, positions, qk_heads, qk.dtype).rotate(qk)
+        tables = RotaryTables(*rope) if rope is not None else self.tables(heads, positions, qk_heads, qk.dtype)
+        qk = tables.rotate(qk)
         return qk[:, :hq], qk[:, hq:], v
 
     def tables(self, heads: HeadSplit, positions: mx.array, count: int, dtype: mx.Dtype) -> RotaryTables:
@@ -78,7 +97,7 @@ class CpuOps(ComposedOps):
         kept = self._tables
         if kept is not None and kept[0] == key and kept[1] is positions:
             return kept[2]
-        tables = RotaryTables(heads.rope, positions, count, heads.head_dim, dtype)
+        tables = RotaryTables.at(heads.rope, positions, count, heads.head_dim, dtype)
         self._tables = (key, positions, tables)
         return tables
 

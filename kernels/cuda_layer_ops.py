@@ -395,8 +395,8 @@ class CudaOps(ComposedOps):
             output_shapes=[shape, shape], output_dtypes=[residual.dtype, residual.dtype])
         return total, normed
 
-    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array,
-                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+    def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
+                    rope: tuple[mx.array, mx.array] | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
         d = heads.head_dim
         if (heads.frequencies is None or qkv.dtype not in ELEMENT_DTYPES or d % 32 or d > MAX_HEAD_DIM
                 or (heads.frequencies[2] and d % 64)):                 # traditional pairs stay inside a lane

@@ -81,11 +81,17 @@ class ComposedOps:
         total = residual + delta
         return total, mx.fast.rms_norm(total, weight, eps)
 
-    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array,
-                    slots: PoolSlots | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
+    def step_rope(self, heads: "HeadSplit", positions: mx.array,
+                  dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
+        """Rope tables of a step's positions that split_heads takes as ``rope``, made once a step outside
+        any layer's trace (the CPU's); None where split_heads ropes by itself."""
+        return None
+
+    def split_heads(self, heads: "HeadSplit", qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
+                    rope: tuple[mx.array, mx.array] | None = None) -> tuple[mx.array, mx.array | None, mx.array | None]:
         """q [T, Hq, D], k and v [T, Hkv, D]; with ``slots`` the kernels may
         store k and v into the pool themselves and return (q, None, None), else
-        the caller stores them."""
+        the caller stores them. ``rope``: ``step_rope``'s tables."""
         q, k, v = mx.split(qkv.reshape(qkv.shape[0], -1), heads.splits, axis=-1)
         return heads.rotate(q, k, v, positions)
 
