@@ -1,6 +1,6 @@
 """A decode step's projections: MLX's matmul (cuBLASLt) against the skinny kernel, GPU and host time.
 
-    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--producer] [--tiled]
+    python benchmarks/gpu_matmul_bench.py --out OUTDIR [--rows 8 16 32 64] [--producer]
         [--sweep [--sweep-tiles 8x8x2 p4x4x12 ..]]
 
 Per shape of an 8B layer (q/k/v, o, gate/up, down) and row count: the
@@ -13,8 +13,7 @@ Each skinny result is checked against float64 first (max error over the
 output's scale). ``--sweep`` times every launch shape in SWEEP at 32 rows
 besides the one ``tiles_for`` picks (``--sweep-tiles``: these instead; a
 leading p names producer_matmul's launch, n tiles x consumer warps x stages).
-``--producer``: producer_matmul's launch as ``producer_tiles`` picks it too. ``--tiled``: each skinny
-launch also on the weight in ``tiled_weight``'s layout.
+``--producer``: producer_matmul's launch as ``producer_tiles`` picks it too.
 Needs CUDA and torch; writes matmul.json and matmul.md.
 """
 
@@ -32,7 +31,7 @@ import numpy as np
 from gpu_attention_bench import depend
 from gpu_timeline import complete_events
 from mlxcel.kernels.cuda_matmul import (MAP_BOX_ROWS, SHARED_LIMIT, Tiles, producer_tiles, skinny_matmul,
-                                        tiled_weight, tiles_for, weight_map)
+                                        tiles_for, weight_map)
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
 SWEEP = [f"{n}x{w}x{st}" for n in (4, 6, 8) for w in (2, 4, 8) for st in (3, 4, 6)]
@@ -81,7 +80,7 @@ def label(tiles: Tiles) -> str:
     shape = f"{tiles.n_tiles}x{tiles.warps}x{tiles.stages}"
     if tiles.producer:
         return f"producer {shape}" + ("" if tiles.loop else " one tile a block")
-    return f"skinny {shape}" + (" looping" if tiles.loop else "") + (" tiled" if tiles.tiled else "")
+    return f"skinny {shape}" + (" looping" if tiles.loop else "")
 
 
 def as64(a: mx.array) -> np.ndarray:
@@ -98,7 +97,6 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--chain", type=int, default=24)
     parser.add_argument("--producer", action="store_true", help="time producer_tiles' launch too")
-    parser.add_argument("--tiled", action="store_true", help="each skinny launch on tiled_weight's layout too")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--sweep-tiles", nargs="+", metavar="[p]NxWxS",
                         help="the launch shapes to sweep (n tiles x warps x stages; a leading p: producer_matmul's, "
@@ -112,8 +110,7 @@ def main() -> None:
         copies = max(2, -(-2 * L2_BYTES // (n * k * 2)))
         weights = [(mx.random.normal((n, k)) * k ** -0.5).astype(mx.bfloat16) for _ in range(copies)]
         transposed = [w.T for w in weights]
-        tiled = [tiled_weight(w) for w in weights] if args.tiled else []
-        mx.eval(weights, transposed, tiled)
+        mx.eval(weights, transposed)
         floor_us = n * k * 2 / 4.8e12 * 1e6
         w64 = as64(weights[0])
         maps = None
@@ -126,15 +123,13 @@ def main() -> None:
             configs = [picked] + [replace(picked, loop=False)] * picked.loop + [producer_pick] * args.producer
             swept = [launch_shape(shape, picked.m_tiles) for shape in sweep] if args.sweep and rows == 32 else []
             configs += [t for t in swept if t not in configs and t.shared_bytes() <= SHARED_LIMIT]
-            configs += [replace(t, tiled=True) for t in configs if args.tiled and not t.producer]
             # A producer launch of the engine's box rows reads each weight's map made once, as the engine's
             # Linear makes it at load (others make theirs at each call: an eval and fresh memory a call).
             if maps is None and any(t.producer and 4 * t.n_tiles == MAP_BOX_ROWS for t in configs):
                 maps = [weight_map(w) for w in weights]
             for tiles in configs:
                 arms[label(tiles)] = lambda x, i, t=tiles: skinny_matmul(
-                    x, (tiled if t.tiled else weights)[i % copies], t,
-                    tensor_map=maps[i % copies] if t.producer and maps else None)
+                    x, weights[i % copies], t, tensor_map=maps[i % copies] if t.producer and maps else None)
             for arm, call in arms.items():
                 err = error(call(x, 0), want)
                 assert err < MAX_ERROR, f"{name} x {rows} rows, {arm}: max error {err:.2e} of the output's scale"

@@ -29,11 +29,13 @@ weights passed as the trace's inputs: making a trace costs the host ~0.5 ms
 at 8B, and with a trace a layer every step that met a new attention
 signature (each change of batch size) paid it 36 times, ~20 ms more a step.
 
-Traced where MLX encodes each op for a GPU (``MLXCEL_TRACED_LAYERS=off``
-opts out, ``halves`` keeps the attention out of the traces, ``on`` traces on
-the CPU too, where the attention's ops, not these, take the host's time), in
-decode-only steps: their row count is bounded by
-the batch, where a prefill chunk's length would leave a trace per length.
+Traced by default (``MLXCEL_TRACED_LAYERS=off`` opts out, ``halves`` keeps
+the attention out of the traces; on the CPU the attention is not traceable,
+so its layers run as halves), in decode-only steps: their row count is
+bounded by the batch, where a prefill chunk's length would leave a trace per
+length. On the CPU a trace's fused kernels are C++ built by the system
+compiler the first time a machine meets them (MLX keeps them under its temp
+folder): ~2 s more on a new machine's first decode steps.
 """
 
 from __future__ import annotations
@@ -73,14 +75,11 @@ class TracedLayers(str, Enum):
 
 
 def traced_layers_wanted() -> TracedLayers:
-    """The env (on / halves / off), else whole where the default device is a GPU and off elsewhere."""
+    """The env (on / halves / off), else whole."""
     choice = os.environ.get(TRACED_LAYERS_ENV, "").strip().lower()
     if choice in (TracedLayers.HALVES, TracedLayers.WHOLE):
         return TracedLayers(choice)
-    flag = parse_flag(choice)
-    if flag is None:
-        flag = mx.default_device().type == mx.DeviceType.gpu
-    return TracedLayers.WHOLE if flag else TracedLayers.OFF
+    return TracedLayers.OFF if parse_flag(choice) is False else TracedLayers.WHOLE
 
 
 def before(layer: nn.Module, ops: ComposedOps, residual: mx.array | None, h: mx.array, positions: mx.array,

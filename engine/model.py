@@ -235,14 +235,7 @@ class Linear(nn.Module):
         self._transposed: tuple[mx.array, mx.array] | None = None   # (the weight, its evaluated transpose)
         self._tensor_map: tuple[mx.array, mx.array] | None = None   # (the weight, its TMA tensor map)
 
-    def prepare(self, tile: bool = False) -> None:
-        if tile and not on_cpu():
-            from mlxcel.kernels import cuda_matmul
-            if cuda_matmul.TILED_WEIGHTS and cuda_matmul.takes_tiled(self.weight):
-                self.weight = cuda_matmul.tiled_weight(self.weight)   # cuda_matmul's experiment switch
-                mx.eval(self.weight)
-                self.__dict__["_transposed"] = (self.weight, self.weight.T)   # CudaOps untiles it for cuBLAS
-                return
+    def prepare(self) -> None:
         self.weight, transposed = transposed_rows(self.weight)
         self.__dict__["_transposed"] = (self.weight, transposed)   # an attribute, not a parameter
         if not on_cpu():
@@ -308,10 +301,9 @@ def engine_linear(linear: nn.Module) -> nn.Module:
 
 def prepare_linears(model: nn.Module) -> None:
     """Transpose every engine ``Linear``'s weight once, after the weights are final."""
-    head = getattr(model, "lm_head", None)
     for module in model.modules():
         if isinstance(module, Linear):
-            module.prepare(tile=module is not head)   # the head's product is MLX's (head_logits)
+            module.prepare()
 
 
 def prepare_head(model: nn.Module) -> None:

@@ -72,9 +72,11 @@ class CpuOps(ComposedOps):
                 and (heads.q_norm is None or heads.q_norm.weight.dtype == dtype))
 
     def step_rope(self, heads: HeadSplit, positions: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
-        if not self._splits(heads, dtype):
+        # Asked in every layer: the kept tables first (split_heads ignores them where it does not split).
+        key, kept = (heads.rope_key, heads.n_heads + heads.n_kv_heads, dtype), self._tables
+        if not (kept is not None and kept[1] is positions and kept[0] == key or self._splits(heads, dtype)):
             return None
-        tables = self.tables(heads, positions, heads.n_heads + heads.n_kv_heads, dtype)
+        tables = self.tables(heads, positions, key[1], dtype)
         return tables.cos, tables.signed_sin
 
     def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,

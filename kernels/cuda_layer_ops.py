@@ -315,14 +315,6 @@ def make_layer_kernel(kind: str, inputs: list[str], outputs: list[str], call: st
     return make_kernel(f"mlxcel_{kind}_{digest}", inputs, outputs, call, compact_source(LIBRARY), 0)
 
 
-def cublas_operand(weight: mx.array, transposed: mx.array) -> mx.array:
-    """What MLX's matmul takes for x @ weight.T: ``transposed``, or under cuda_matmul.TILED_WEIGHTS the
-    untiled copy's transpose."""
-    if cuda_matmul.TILED_WEIGHTS and cuda_matmul.takes_tiled(weight):
-        return cuda_matmul.untiled(weight).T
-    return transposed
-
-
 class CudaOps(ComposedOps):
     """The fused kernels where they take the arrays, MLX's ops elsewhere; with ``skinny_matmuls`` a float
     projection over a decode step's rows is cuda_matmul's kernel, else MLX's (cuBLAS); with ``tma`` a weight's
@@ -340,7 +332,7 @@ class CudaOps(ComposedOps):
     def matmul(self, x: mx.array, weight: mx.array, transposed: mx.array) -> mx.array:
         if self.skinny_matmuls and cuda_matmul.takes(x, weight):
             return cuda_matmul.skinny_matmul(x, weight)
-        return x @ cublas_operand(weight, transposed)
+        return x @ transposed
 
     def folds(self, x: mx.array, weight: mx.array) -> bool:
         return self.skinny_matmuls and cuda_matmul.takes(x, weight)
@@ -349,20 +341,20 @@ class CudaOps(ComposedOps):
                       transposed: mx.array) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight):
             return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps))
-        return super().normed_matmul(x, norm_weight, eps, weight, cublas_operand(weight, transposed))
+        return super().normed_matmul(x, norm_weight, eps, weight, transposed)
 
     def normed_swiglu(self, x: mx.array, norm_weight: mx.array, eps: float, weight: mx.array,
                       transposed: mx.array, tensor_map: mx.array | None = None) -> mx.array:
         if self.folds(x, weight) and cuda_matmul.takes_norm(x, norm_weight) and weight.shape[0] % 16 == 0:
             return cuda_matmul.skinny_matmul(x, weight, norm=(norm_weight, eps), swiglu=True,
                                              tensor_map=tensor_map if self.tma else None)
-        return super().normed_swiglu(x, norm_weight, eps, weight, cublas_operand(weight, transposed))
+        return super().normed_swiglu(x, norm_weight, eps, weight, transposed)
 
     def matmul_add(self, x: mx.array, weight: mx.array, transposed: mx.array, residual: mx.array) -> mx.array:
         if (self.folds(x, weight) and residual.dtype == x.dtype
                 and residual.shape == (*x.shape[:-1], weight.shape[0])):
             return cuda_matmul.skinny_matmul(x, weight, residual=residual)
-        return super().matmul_add(x, weight, cublas_operand(weight, transposed), residual)
+        return super().matmul_add(x, weight, transposed, residual)
 
     def host_bound(self) -> ComposedOps:
         return self._host_bound

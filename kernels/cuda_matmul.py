@@ -67,7 +67,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
@@ -198,7 +197,7 @@ __device__ __forceinline__ void finish_tile(const float (&acc)[M_TILES][N_TILES]
 }
 
 template <typename T, int M_TILES, int N_TILES, int WARPS, int STAGES, bool NORM, bool ADD, bool SWIGLU,
-          int EPS_BITS, bool LOOP, bool TILED, typename S>
+          int EPS_BITS, bool LOOP, typename S>
 __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int x_ndim, const T* w,
                                               const T* norm_weight, const T* residual, T* y, int N, int K) {
   static_assert(STAGES >= 2, "a ring of one chunk cannot load ahead");
@@ -245,8 +244,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     #pragma unroll
     for (int j = 0; j < N_TILES; ++j) {
       const int column = min(n0 + (j % OUT_TILES) * 8 + g, n_out - 1) + (j >= OUT_TILES ? n_out : 0);
-      // TILED (tiled_weight): each 8 rows' 64-k chunk is 1 KB of its own, a row 128 bytes of it.
-      w_row[j] = TILED ? w + size_t(column / 8) * 8 * K + (column % 8) * 64 + t * 8 : w + size_t(column) * K + t * 8;
+      w_row[j] = w + size_t(column) * K + t * 8;
     }
   };
   point_rows(0);
@@ -257,8 +255,7 @@ __device__ __forceinline__ void skinny_matmul(const T* x, const S& x_shape, int 
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + (TILED ? 8 * k : k) + half * 32,
-                                                    live);
+      for (int j = 0; j < N_TILES; ++j) copy16(slot + (half * N_TILES + j) * 32, w_row[j] + k + half * 32, live);
       #pragma unroll
       for (int i2 = 0; i2 < M_TILES; ++i2)
         #pragma unroll
@@ -602,7 +599,7 @@ class Epilogue:
         residual = "residual" if self.add else "(const T*)nullptr"
         flags = f"{str(self.norm).lower()}, {str(self.add).lower()}, {str(self.swiglu).lower()}, EPS_BITS"
         kernel = (f"producer_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}>" if producer
-                  else f"skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}, LOOP, TILED>")
+                  else f"skinny_matmul<T, M_TILES, N_TILES, WARPS, STAGES, {flags}, LOOP>")
         weight = "w, w_map" if producer else "w"
         return f"mlxcel_matmul::{kernel}(x, x_shape, x_ndim, {weight}, {norm}, {residual}, y, w_shape[0], w_shape[1]);"
 
@@ -632,7 +629,6 @@ class Tiles:
     stages: int = 3
     loop: bool = False
     producer: bool = False
-    tiled: bool = False     # the weight in tiled_weight's layout
 
     def shared_bytes(self, epilogue: Epilogue = PRODUCT) -> int:
         rows = self.m_tiles * 16
@@ -705,30 +701,6 @@ def kernel_for(epilogue: Epilogue, shared_bytes: int, producer: bool = False):
                        compact_source(LIBRARY), shared_bytes)
 
 
-# An experiment's switch (MLXCEL_TILED_WEIGHTS=on): the layers' weights stored in tiled_weight's layout, their
-# decode products on TILED launches, any other product of them (a prefill chunk's) on cuBLAS over an untiled
-# copy made at each call.
-TILED_WEIGHTS = os.environ.get("MLXCEL_TILED_WEIGHTS", "").strip().lower() == "on"
-
-
-def takes_tiled(weight: mx.array) -> bool:
-    """Whether tiled_weight lays this weight out (16-bit, whole 8-row tiles and 64-k chunks)."""
-    return weight.ndim == 2 and weight.dtype in DTYPES and weight.shape[0] % 8 == 0 and weight.shape[1] % CHUNK == 0
-
-
-def untiled(weight: mx.array) -> mx.array:
-    """tiled_weight's inverse (a copy)."""
-    n, k = weight.shape
-    return weight.reshape(n // 8, k // CHUNK, 8, CHUNK).transpose(0, 2, 1, 3).reshape(n, k)
-
-
-def tiled_weight(weight: mx.array) -> mx.array:
-    """weight [N, K] laid out for a TILED launch: each 8 rows' 64-k chunk 1 KB of contiguous memory, the
-    chunks of those rows one after another (a block's copies of a chunk one run of memory, not 8 rows apart)."""
-    n, k = weight.shape
-    return mx.contiguous(weight.reshape(n // 8, 8, k // CHUNK, CHUNK).transpose(0, 2, 1, 3)).reshape(n, k)
-
-
 def instance_rows(max_rows: int) -> list[int]:
     """One row count for each kernel instance (16-row tiles, ``tiles_for``) of up to ``max_rows`` rows."""
     tiles = -(-min(max_rows, MAX_ROWS) // 16)
@@ -783,8 +755,6 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
     if tiles is None:
         mapped = tensor_map is not None and rows <= 32
         tiles = producer_tiles(rows, n, epilogue) if mapped else tiles_for(rows, n, epilogue)
-        if TILED_WEIGHTS and not mapped and takes_tiled(weight):
-            tiles = replace(tiles, tiled=True)
     inputs = [x, weight] + ([norm[0]] if norm else []) + ([residual] if residual is not None else [])
     if tiles.producer:
         box_rows = 4 * tiles.n_tiles
@@ -796,7 +766,7 @@ def skinny_matmul(x: mx.array, weight: mx.array, tiles: Tiles | None = None, *,
         # producer_matmul's loop is its grid's, not a constant of its code.
         template=[("T", x.dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles), ("WARPS", tiles.warps),
                   ("STAGES", tiles.stages), ("EPS_BITS", float_bits(norm[1]) if norm else 0)]
-                 + [("LOOP", tiles.loop), ("TILED", tiles.tiled)] * (not tiles.producer),
+                 + [("LOOP", tiles.loop)] * (not tiles.producer),
         grid=(tiles.blocks(n) * tiles.threads(), 1, 1), threadgroup=(tiles.threads(), 1, 1),
         output_shapes=[(*x.shape[:-1], n // 2 if swiglu else n)], output_dtypes=[x.dtype])
     return y

@@ -146,7 +146,7 @@ def test_the_kernel_compiles_without_spills_in_its_shared_memory(rows, n, dtype,
                             [("y", dtype)],
                             [("T", dtype), ("M_TILES", tiles.m_tiles), ("N_TILES", tiles.n_tiles),
                              ("WARPS", tiles.warps), ("STAGES", tiles.stages), ("EPS_BITS", 0),
-                             ("LOOP", tiles.loop), ("TILED", tiles.tiled)])
+                             ("LOOP", tiles.loop)])
     with tempfile.TemporaryDirectory() as folder:
         registers, spills = resources(compile_unit(unit, Path(folder)))
     assert spills == 0 and registers <= 255

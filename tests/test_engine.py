@@ -507,8 +507,7 @@ def test_cascade_steps_project_with_the_skinny_kernel_close_to_cublas(tiny_model
 def test_the_traced_layers_env_picks_what_is_traced(monkeypatch, value, mode):
     from mlxcel.engine.layer_halves import TracedLayers, traced_layers_wanted
     monkeypatch.setenv("MLXCEL_TRACED_LAYERS", value)
-    default = "whole" if mx.default_device().type == mx.DeviceType.gpu else "off"
-    assert traced_layers_wanted() == TracedLayers(mode or default)
+    assert traced_layers_wanted() == TracedLayers(mode or "whole")
 
 
 def test_a_dtype_change_retraces_the_layers(tiny_model_path, make_engine, monkeypatch):
