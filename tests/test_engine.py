@@ -206,6 +206,31 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
     assert set(traced) == {"on"}      # the traced halves ran, and only in the traced run
 
 
+@pytest.mark.skipif(mx.cuda.is_available(), reason="the CPU's layer ops (a GPU's rope runs in its q/k/v kernel)")
+def test_a_traced_cpu_step_makes_its_rope_tables_once(tiny_loaded, make_engine, monkeypatch, tmp_path):
+    # The traced layers take the step's rope tables as inputs (ops.step_rope): made inside a shared trace,
+    # every layer's replay would make them again, a cos and a sin a layer.
+    import re
+    from mlxcel.engine import runner
+    monkeypatch.setenv("MLXCEL_TRACED_LAYERS", "on")
+    graphs = []
+    real = runner.ModelRunner.enqueue
+
+    def enqueue(self, *outputs):
+        path = tmp_path / f"step{len(graphs)}.dot"
+        mx.export_to_dot(str(path), *outputs)
+        graphs.append(path.read_text())
+        return real(self, *outputs)
+
+    monkeypatch.setattr(runner.ModelRunner, "enqueue", enqueue)
+    engine = make_engine()
+    rng = np.random.default_rng()
+    engine.generate([random_prompt(rng, n) for n in (20, 30)], SamplingParams(max_tokens=4, ignore_eos=True))
+    labels = re.findall(r'label ="(\w+)"', graphs[-1])    # the last step: both rows decoding, traced
+    assert len(tiny_loaded.model.layers) > 1 and any(label.startswith("Compiled") for label in labels)
+    assert labels.count("Cos") == labels.count("Sin") == 1
+
+
 def test_layers_alike_share_their_traces_and_a_layer_unlike_them_traces_alone(tiny_model_path, llama_loaded,
                                                                              make_engine, monkeypatch):
     # A shared trace takes each layer's weights as inputs but keeps what is not an input (a norm's eps, the
