@@ -73,10 +73,12 @@ class CpuOps(ComposedOps):
 
     def step_rope(self, heads: HeadSplit, positions: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
         # Asked in every layer: the kept tables first (split_heads ignores them where it does not split).
-        key, kept = (heads.rope_key, heads.n_heads + heads.n_kv_heads, dtype), self._tables
-        if not (kept is not None and kept[1] is positions and kept[0] == key or self._splits(heads, dtype)):
-            return None
-        tables = self.tables(heads, positions, key[1], dtype)
+        count = heads.n_heads + heads.n_kv_heads
+        tables = self._kept(heads, positions, count, dtype)
+        if tables is None:
+            if not self._splits(heads, dtype):
+                return None
+            tables = self.tables(heads, positions, count, dtype)
         return tables.cos, tables.signed_sin
 
     def split_heads(self, heads: HeadSplit, qkv: mx.array, positions: mx.array, slots: PoolSlots | None = None,
@@ -94,13 +96,17 @@ class CpuOps(ComposedOps):
         qk = tables.rotate(qk)
         return qk[:, :hq], qk[:, hq:], v
 
-    def tables(self, heads: HeadSplit, positions: mx.array, count: int, dtype: mx.Dtype) -> RotaryTables:
-        key = (heads.rope_key, count, dtype)
+    def _kept(self, heads: HeadSplit, positions: mx.array, count: int, dtype: mx.Dtype) -> RotaryTables | None:
         kept = self._tables
-        if kept is not None and kept[0] == key and kept[1] is positions:
+        if kept is not None and kept[1] is positions and kept[0] == (heads.rope_key, count, dtype):
             return kept[2]
-        tables = RotaryTables.at(heads.rope, positions, count, heads.head_dim, dtype)
-        self._tables = (key, positions, tables)
+        return None
+
+    def tables(self, heads: HeadSplit, positions: mx.array, count: int, dtype: mx.Dtype) -> RotaryTables:
+        tables = self._kept(heads, positions, count, dtype)
+        if tables is None:
+            tables = RotaryTables.at(heads.rope, positions, count, heads.head_dim, dtype)
+            self._tables = ((heads.rope_key, count, dtype), positions, tables)
         return tables
 
 
