@@ -178,10 +178,34 @@ def cascade_layout(csr: PagedCsrView, plan: CascadePlan, kept: CascadeLayout | N
 Launch = Callable[[mx.array, mx.array, mx.array, mx.array], mx.array]
 
 
-def prepare_flat_launch(csr: PagedCsrView, shape: AttentionShape) -> Launch:
-    """The flat launch over every row's whole range: (q, k_pool, v_pool, last_page_len) -> o in q's dtype."""
-    partial = kernels.prepare_partial(csr, shape)
-    return lambda q, k_pool, v_pool, last_page_len: partial(q, k_pool, v_pool, last_page_len)[0].astype(q.dtype)
+def traceable(*launches) -> bool:
+    """Whether a trace can take these backend launches (the portable ones': their arrays as inputs)."""
+    return all(isinstance(launch, (portable.PartialLaunch, portable.MergeLaunch)) for launch in launches)
+
+
+@dataclass(frozen=True)
+class FlatLaunch:
+    """The flat launch over every row's whole range: (q, k_pool, v_pool, last_page_len) -> o in q's dtype.
+    Traceable (``TraceableAttention``) where the backend's partial launch is (the portable one's)."""
+
+    partial: Callable
+
+    def __call__(self, q: mx.array, k_pool: Pages, v_pool: Pages, last_page_len: mx.array) -> mx.array:
+        return self.partial(q, k_pool, v_pool, last_page_len)[0].astype(q.dtype)
+
+    @property
+    def signature(self) -> tuple | None:
+        return (type(self).__name__, self.partial.signature) if traceable(self.partial) else None
+
+    def arrays(self) -> tuple[mx.array, ...]:
+        return self.partial.arrays()
+
+    def rebind(self, arrays) -> "FlatLaunch":
+        return FlatLaunch(self.partial.rebind(arrays))
+
+
+def prepare_flat_launch(csr: PagedCsrView, shape: AttentionShape) -> FlatLaunch:
+    return FlatLaunch(kernels.prepare_partial(csr, shape))
 
 
 @dataclass(frozen=True)
@@ -208,12 +232,48 @@ class ComposedCascade:
         order = self.layout.merge_order
         return self.merge(mx.concatenate(states)[order], mx.concatenate(lses)[order])[0].astype(q.dtype)
 
+    @property
+    def launches(self) -> tuple:
+        return (self.private, *self.levels, self.merge)
+
+    @property
+    def signature(self) -> tuple | None:
+        """None where the backend's launches are not traceable; else what a trace bakes in besides the arrays'
+        shapes: the launches' signatures, each level's spans and width, the KV heads."""
+        if not traceable(*self.launches):
+            return None
+        levels = tuple((len(level.spans), level.width) for level in self.layout.levels)
+        return type(self).__name__, tuple(launch.signature for launch in self.launches), levels, self.kv_heads
+
+    def arrays(self) -> tuple[mx.array, ...]:
+        """The launches' arrays, then each level's stacked rows and last-page fill, then the merge order."""
+        levels = (a for level in self.layout.levels for a in (level.stacked_rows, level.view.last_page_len))
+        return (*(a for launch in self.launches for a in launch.arrays()), *levels, self.layout.merge_order)
+
+    def rebind(self, arrays) -> "ComposedCascade":
+        arrays, at = list(arrays), 0
+        launches = []
+        for launch in self.launches:
+            count = len(launch.arrays())
+            launches.append(launch.rebind(arrays[at:at + count]))
+            at += count
+        levels = []
+        for level in self.layout.levels:
+            stacked_rows, last_page_len = arrays[at:at + 2]
+            levels.append(replace(level, stacked_rows=stacked_rows, view=replace(level.view,
+                                                                                 last_page_len=last_page_len)))
+            at += 2
+        private, *partials, merge = launches
+        layout = replace(self.layout, levels=tuple(levels), merge_order=arrays[at])
+        return ComposedCascade(layout, tuple(partials), private, merge, self.kv_heads)
+
 
 @runtime_checkable
 class TraceableAttention(Protocol):
-    """An attention launch a trace can take: its arrays as inputs, the rest fixed by its signature."""
+    """An attention launch a trace can take: its arrays as inputs, the rest fixed by its signature (None:
+    this one cannot be traced, its backend's launches are not)."""
 
-    signature: tuple
+    signature: tuple | None
 
     def arrays(self) -> tuple[mx.array, ...]: ...
 

@@ -27,8 +27,8 @@ from mlxcel.kernels import AttentionShape, PagedCsrView
 from mlxcel.kernels.shape import check_inputs
 
 from . import cost_model
-from .attention import (CascadeLaunch, TraceableAttention, paged_prefill_attention, prepare_cascade_launch,
-                        prepare_flat_launch)
+from .attention import (CascadeLaunch, FlatLaunch, TraceableAttention, paged_prefill_attention,
+                        prepare_cascade_launch, prepare_flat_launch)
 from .cascade import CascadePlan, explain_cascade
 from .config import CascadeConfig, CascadeSettings
 
@@ -142,7 +142,7 @@ class DecodePlan:
         self.settings = settings
         self.shape = shape
         self._csr = csr
-        self._flat: Launch | None = None
+        self._flat: FlatLaunch | None = None
         self._cascade: CascadeLaunch | None = None
         self._failure: str | None = None
         if decision is None:
@@ -175,9 +175,12 @@ class DecodePlan:
 
     @property
     def traceable(self) -> TraceableAttention | None:
-        """The cascade's launches, where a layer's trace can take them (the fused kernels'), else None."""
-        run = self._cascade.run if self._cascade is not None and self._failure is None else None
-        return run if isinstance(run, TraceableAttention) else None
+        """The step's launches, where a layer's trace can take them (the fused cascade's, the portable flat
+        launch's), else None."""
+        if self._failure is not None:
+            return None
+        run = self._cascade.run if self._cascade is not None else self._flat
+        return run if isinstance(run, TraceableAttention) and run.signature is not None else None
 
     def fail(self, error: Exception) -> None:
         """The planned launch failed: flat serves the rest of the step."""

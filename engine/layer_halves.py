@@ -14,13 +14,17 @@ store included).
   store K/V into their slots and return None for them);
 - ``after``: o_proj, the residual add folded into the post-attention norm,
   the MLP;
-- ``whole``: before, a traceable attention launch (the fused cascade: its
-  layout's arrays are inputs, its launches' options fixed by its signature),
+- ``whole``: before, the K/V store where the ops leave it to the pool's
+  scatters (the pool's new arrays are then outputs), a traceable attention
+  launch (the fused cascade, the portable flat and composed cascade: its
+  layout's arrays are inputs, what it bakes in fixed by its signature),
   after: one call a layer (the model passes the host-bound variant of the
   step's ops: their projections are the launches cheapest to encode,
   ``layer_ops.host_bound``). The page layout moves every few steps, but the
   layout's arrays keep their shapes and the launches their options, so the
-  trace replays; an attention that is not traceable runs between the traced
+  trace replays (the portable launches' tile width grows a page at a time:
+  a new trace each time the longest row crosses a page); an attention that
+  is not traceable (a GPU's fused flat launch) runs between the traced
   halves.
 
 Layers alike (``structure``: the same modules, settings and weight shapes,
@@ -30,8 +34,7 @@ at 8B, and with a trace a layer every step that met a new attention
 signature (each change of batch size) paid it 36 times, ~20 ms more a step.
 
 Traced by default (``MLXCEL_TRACED_LAYERS=off`` opts out, ``halves`` keeps
-the attention out of the traces; on the CPU the attention is not traceable,
-so its layers run as halves), in decode-only steps: their row count is
+the attention out of the traces), in decode-only steps: their row count is
 bounded by the batch, where a prefill chunk's length would leave a trace per
 length. On the CPU a trace's fused kernels are C++ built by the system
 compiler the first time a machine meets them (MLX keeps them under its temp
@@ -52,7 +55,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from mlxcel.kernels.kv_quant import Pages
+from mlxcel.kernels.kv_quant import Pages, store
 from mlxcel.kernels.layer_ops import ComposedOps, PoolSlots
 
 from .attention import TraceableAttention
@@ -99,12 +102,20 @@ def after(layer: nn.Module, ops: ComposedOps, residual: mx.array, o: mx.array) -
     return layer.mlp(ops, residual, h, layer.post_attention_layernorm)
 
 
-def whole(layer: nn.Module, ops: ComposedOps, attention: TraceableAttention, residual: mx.array | None,
-          h: mx.array, positions: mx.array, slot_blocks: mx.array, slot_offsets: mx.array, k_pool: Pages,
-          v_pool: Pages, last_page_len: mx.array, arrays: tuple[mx.array, ...]) -> tuple[mx.array, mx.array]:
-    """The layer: ``before`` storing K/V itself, ``attention`` over ``arrays``, ``after``."""
-    residual, q, _, _ = before(layer, ops, residual, h, positions, slot_blocks, slot_offsets, k_pool, v_pool)
-    return after(layer, ops, residual, attention.rebind(arrays)(q, k_pool, v_pool, last_page_len))
+def whole(layer: nn.Module, ops: ComposedOps, attention: TraceableAttention, in_kernel: bool,
+          residual: mx.array | None, h: mx.array, positions: mx.array, slot_blocks: mx.array,
+          slot_offsets: mx.array, k_pool: Pages, v_pool: Pages, last_page_len: mx.array,
+          arrays: tuple[mx.array, ...], rope: tuple[mx.array, mx.array] | None = None) -> tuple:
+    """The layer: ``before``, ``attention`` over ``arrays``, ``after``: the stream's pair, and where K/V are
+    not stored by the ops (``in_kernel``: the step lets them, StepContext.store_in_kernel) but by the pool's
+    scatters (``store``), the pool's arrays after them."""
+    pools = (k_pool, v_pool) if in_kernel else (None, None)
+    residual, q, k, v = before(layer, ops, residual, h, positions, slot_blocks, slot_offsets, *pools, rope)
+    if k is not None:
+        store(k_pool, slot_blocks, slot_offsets, k)
+        store(v_pool, slot_blocks, slot_offsets, v)
+    stream = after(layer, ops, residual, attention.rebind(arrays)(q, k_pool, v_pool, last_page_len))
+    return stream if k is None else (*stream, k_pool, v_pool)
 
 
 def transposing_linears(layer: nn.Module) -> list[nn.Module]:
@@ -194,13 +205,13 @@ class LayerTraces:
                                         mx.compile(partial(self._run, after, (ops,))))
         return pair
 
-    def whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
-        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature, taking a layer's weights
-        first."""
-        key = (ops, attention.signature)
+    def whole(self, ops: ComposedOps, attention: TraceableAttention, in_kernel: bool) -> Callable:
+        """``whole`` traced for ``ops``, attentions of ``attention``'s signature and where K/V are stored
+        (``in_kernel``), taking a layer's weights first."""
+        key = (ops, attention.signature, in_kernel)
         traced = self._whole.get(key)
         if traced is None:
-            traced = self._whole[key] = mx.compile(partial(self._run, whole, (ops, attention)))
+            traced = self._whole[key] = mx.compile(partial(self._run, whole, (ops, attention, in_kernel)))
             if len(self._whole) > KEPT_WHOLE_TRACES:
                 self._whole.popitem(last=False)
         else:
@@ -238,9 +249,10 @@ class LayerHalves:
         self.traces.clear()
         self._weights = None
 
-    def traced_whole(self, ops: ComposedOps, attention: TraceableAttention) -> Callable:
-        """``whole`` traced for ``ops`` and attentions of ``attention``'s signature, on this layer."""
-        return partial(self.traces.whole(ops, attention), self.weights())
+    def traced_whole(self, ops: ComposedOps, attention: TraceableAttention, in_kernel: bool) -> Callable:
+        """``whole`` traced for ``ops``, attentions of ``attention``'s signature and ``in_kernel``, on this
+        layer."""
+        return partial(self.traces.whole(ops, attention, in_kernel), self.weights())
 
     def traced(self, ops: ComposedOps) -> tuple[Callable, Callable]:
         """``before`` and ``after`` traced for ``ops`` (the step's layer ops), on this layer."""

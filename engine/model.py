@@ -416,10 +416,8 @@ class StepContext:
 
     def traced_attention(self) -> TraceableAttention | None:
         """The decode plan's attention where each layer runs as one trace: a
-        traced decode-only step whose q/k/v ops store K/V themselves, with a
-        traceable plan; else None."""
-        if not (self.traced == TracedLayers.WHOLE and self.store_in_kernel and self.plan is not None
-                and self.prefill_csr is None):
+        traced decode-only step with a traceable plan; else None."""
+        if not (self.traced == TracedLayers.WHOLE and self.plan is not None and self.prefill_csr is None):
             return None
         return self.plan.traceable
 
@@ -456,10 +454,13 @@ def hidden_states(model: nn.Module, tokens: mx.array, ctx: StepContext) -> mx.ar
         halves: LayerHalves = layer.halves
         k_pool, v_pool = ctx.pool.keys[index], ctx.pool.values[index]
         if whole is not None:
+            rope = whole_ops.step_rope(layer.self_attn.heads, ctx.positions, h.dtype)
             try:
-                residual, h = halves.traced_whole(whole_ops, whole)(residual, h, ctx.positions, ctx.slot_blocks,
-                                                                    ctx.slot_offsets, k_pool, v_pool,
-                                                                    ctx.decode_csr.last_page_len, arrays)
+                residual, h, *stored = halves.traced_whole(whole_ops, whole, ctx.store_in_kernel)(
+                    residual, h, ctx.positions, ctx.slot_blocks, ctx.slot_offsets, k_pool, v_pool,
+                    ctx.decode_csr.last_page_len, arrays, rope)
+                if stored:
+                    ctx.pool.replace(index, *stored)
                 continue
             except Exception as error:  # a launch that cannot be traced: flat serves the rest of the step
                 ctx.plan.fail(error)

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import mlx.core as mx
 
-from mlxcel.kernels.kv_quant import FORMATS, KVQuant, QuantizedPages
+from mlxcel.kernels.kv_quant import FORMATS, KVQuant, Pages, QuantizedPages, store
 
 DEFAULT_BLOCK_SIZE = 32
 FLOAT_KV_DTYPES = ("float32", "float16", "bfloat16")
@@ -178,9 +178,9 @@ class BlockPool:
     def write(self, layer: int, blocks: mx.array, offsets: mx.array, keys: mx.array, values: mx.array) -> None:
         """Store new K/V ``[T, Hkv, D]`` at (block, offset) pairs (quantized
         once, here, in a quantized pool); in place once evaluated."""
-        if self.geometry.quant:
-            self.keys[layer].write(blocks, offsets, keys)
-            self.values[layer].write(blocks, offsets, values)
-            return
-        self.keys[layer][blocks, offsets] = keys.astype(self.geometry.dtype)
-        self.values[layer][blocks, offsets] = values.astype(self.geometry.dtype)
+        store(self.keys[layer], blocks, offsets, keys)
+        store(self.values[layer], blocks, offsets, values)
+
+    def replace(self, layer: int, keys: Pages, values: Pages) -> None:
+        """The layer's arrays after stores made elsewhere (``store`` inside a traced layer)."""
+        self.keys[layer], self.values[layer] = keys, values

@@ -130,6 +130,15 @@ class QuantizedPages(NamedTuple):
 Pages = Union[mx.array, QuantizedPages]
 
 
+def store(pages: Pages, blocks: mx.array, offsets: mx.array, x: mx.array) -> None:
+    """x [T, Hkv, D] into the pages' slots (block, offset), in place once evaluated: quantized once, here, in
+    quantized pages; cast to a float pool's dtype. ``pages``' arrays become the stores' outputs."""
+    if isinstance(pages, QuantizedPages):
+        pages.write(blocks, offsets, x)
+    else:
+        pages[blocks, offsets] = x.astype(pages.dtype)
+
+
 def quantize(x: mx.array, fmt: KVQuant) -> tuple[mx.array, mx.array, mx.array | None]:
     """(codes, scales, zeros) of x [..., D] (any float dtype), computed in float32.
     The stored (float16) scale and zero are the ones the codes are computed

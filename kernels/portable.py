@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
 import numpy as np
@@ -199,6 +199,19 @@ class MergeLayout:
     slot: mx.array | None    # [M, K] state of each group's k-th entry
     present: mx.array | None  # [M, K, 1] whether that entry exists
 
+    def arrays(self) -> tuple[mx.array, ...]:
+        """The layout's arrays, in ``rebind``'s order (a trace's inputs: see PartialLaunch)."""
+        return tuple(a for a in (self.order, self.slot, self.present) if a is not None)
+
+    def rebind(self, arrays) -> "MergeLayout":
+        if self.order is not None:
+            return replace(self, order=arrays[0])
+        return replace(self, slot=arrays[0], present=arrays[1]) if arrays else self
+
+    @property
+    def signature(self) -> tuple:
+        return self.groups, self.widest, self.order is not None
+
 
 def merge_layout(o_indptr) -> MergeLayout:
     indptr = np.asarray(o_indptr, dtype=np.int64)
@@ -239,10 +252,30 @@ def merge_states(v_in: mx.array, lse_in: mx.array, o_indptr) -> tuple[mx.array, 
     return merge_with(v_in, lse_in, merge_layout(o_indptr))
 
 
-def prepare_merge(o_indptr, head_dim: int):
+@dataclass(frozen=True)
+class MergeLaunch:
+    """merge_states over one layout of groups, built once: called with (v_in, lse_in). Traceable as
+    PartialLaunch is."""
+
+    layout: MergeLayout
+
+    def __call__(self, v_in: mx.array, lse_in: mx.array) -> tuple[mx.array, mx.array]:
+        return merge_with(v_in, lse_in, self.layout)
+
+    def arrays(self) -> tuple[mx.array, ...]:
+        return self.layout.arrays()
+
+    def rebind(self, arrays) -> "MergeLaunch":
+        return MergeLaunch(self.layout.rebind(arrays))
+
+    @property
+    def signature(self) -> tuple:
+        return type(self).__name__, self.layout.signature
+
+
+def prepare_merge(o_indptr, head_dim: int) -> MergeLaunch:
     """merge_states over these groups, their layout built once."""
-    layout = merge_layout(o_indptr)
-    return lambda v, lse: merge_with(v, lse, layout)
+    return MergeLaunch(merge_layout(o_indptr))
 
 
 def no_states(rows: int, q: mx.array) -> tuple[mx.array, mx.array]:
@@ -255,7 +288,12 @@ def no_states(rows: int, q: mx.array) -> tuple[mx.array, mx.array]:
 class PartialLaunch:
     """paged_attention_partial over one page layout, its host work done:
     called with each step's (q, k_pool, v_pool, last_page_len). The layers of
-    a step pass one last_page_len: its tile mask is built once, for all."""
+    a step pass one last_page_len: its tile mask is built once, for all.
+
+    A trace of it (``mx.compile``, a whole decoder layer in the engine) takes
+    its ``arrays()`` as inputs and calls ``rebind(arrays)``: the trace then
+    depends only on ``signature`` (what the ops bake in besides the arrays'
+    shapes), so the next layout of the same signature replays it."""
 
     tiles: PageTiles
     merge: MergeLayout | None   # None: one tile per row
@@ -272,6 +310,27 @@ class PartialLaunch:
             self._mask[:] = last_page_len, tile_mask(self.tiles, last_page_len, self.shape.block_size)
         o, lse = tile_states(q, k_pool, v_pool, self.tiles, self.at, self._mask[1], self.shape.scale)
         return (o, lse) if self.merge is None else merge_with(o, lse, self.merge)
+
+
+    def arrays(self) -> tuple[mx.array, ...]:
+        """The layout's arrays, in ``rebind``'s order (the merge's last, where there is one)."""
+        t = self.tiles
+        merged = () if self.merge is None else self.merge.arrays()
+        return (self.at.pages, self.at.rows, t.tile_row, t.first_slot, t.full_slots, t.holds_last, *merged)
+
+    def rebind(self, arrays) -> "PartialLaunch":
+        """The same launch over ``arrays`` (``arrays()``'s order and shapes)."""
+        pages, rows, tile_row, first_slot, full_slots, holds_last, *merged = arrays
+        tiles = replace(self.tiles, pages=pages, tile_row=tile_row, first_slot=first_slot, full_slots=full_slots,
+                        holds_last=holds_last)
+        merge = None if self.merge is None else self.merge.rebind(merged)
+        return PartialLaunch(tiles, merge, self.shape, self.rows, PageGather(pages, rows))
+
+    @property
+    def signature(self) -> tuple:
+        t = self.tiles
+        merging = None if self.merge is None else self.merge.signature
+        return type(self).__name__, self.shape, self.rows, t.num_tiles, t.width, t.one_per_row, merging
 
 
 def prepare_partial(csr: PagedCsrView, shape: AttentionShape, chunk_pages: int | None = None) -> PartialLaunch:

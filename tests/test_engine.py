@@ -173,8 +173,8 @@ def test_cascade_on_and_off_give_the_same_tokens(tiny_loaded, make_engine):
 
 
 def assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, prefix: int, suffixes: tuple[int, ...],
-                                            max_tokens: int, **engine) -> None:
-    """Greedy rows behind a shared random prefix, cascade on, the layers untraced then traced
+                                            max_tokens: int, enabled: bool = True, **engine) -> None:
+    """Greedy rows behind a shared random prefix, cascade on (``enabled``), the layers untraced then traced
     (MLXCEL_TRACED_LAYERS off, on): the same tokens, which vary, and every step's logits bit for bit."""
     rng = np.random.default_rng()
     system = random_prompt(rng, prefix)
@@ -182,7 +182,7 @@ def assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, prefix: in
     runs = {}
     for mode in ("off", "on"):
         monkeypatch.setenv("MLXCEL_TRACED_LAYERS", mode)
-        runs[mode] = engine_greedy_logits(make_engine(enabled=True, min_shared_pages=2, **engine), prompts,
+        runs[mode] = engine_greedy_logits(make_engine(enabled=enabled, min_shared_pages=2, **engine), prompts,
                                           max_tokens)
     (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
     assert tokens == plain_tokens and any(len(set(t)) > 1 for t in tokens)
@@ -199,11 +199,33 @@ def test_traced_layers_give_the_logits_of_the_plain_ones(tiny_loaded, make_engin
     import os
     from mlxcel.engine.layer_halves import LayerHalves
     traced = []
-    real = LayerHalves.traced
-    monkeypatch.setattr(LayerHalves, "traced",
-                        lambda self, ops: traced.append(os.environ["MLXCEL_TRACED_LAYERS"]) or real(self, ops))
+    for name in ("traced", "traced_whole"):
+        real = getattr(LayerHalves, name)
+        monkeypatch.setattr(LayerHalves, name, lambda self, *a, real=real: traced.append(
+            os.environ["MLXCEL_TRACED_LAYERS"]) or real(self, *a))
     assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 80, (3, 9, 17, 30), 20, block_size=16)
-    assert set(traced) == {"on"}      # the traced halves ran, and only in the traced run
+    assert set(traced) == {"on"}      # traced layers ran, and only in the traced run
+
+
+@pytest.mark.skipif(mx.cuda.is_available(), reason="the portable flat launch (a GPU's fused one is not traced)")
+@pytest.mark.parametrize("kv_dtype", [None, "int8", "int4"])
+def test_a_traced_flat_step_stores_k_and_v_in_its_layers_traces(tiny_loaded, make_engine, monkeypatch, kv_dtype):
+    # Where the ops leave the K/V store to the pool's scatters (MLX's ops, a quantized pool's quantizer), a
+    # layer's trace holds them and hands the pool's new arrays back: with cascade off every decode step's layers
+    # are traces (the portable flat launch inside), and the logits are the plain path's bit for bit.
+    from mlxcel.engine import layer_halves
+    stored = []
+    real = layer_halves.whole
+
+    def whole(*args):
+        out = real(*args)
+        stored.append(len(out) == 4)     # the stream's pair and the pool's K and V
+        return out
+
+    monkeypatch.setattr(layer_halves, "whole", whole)
+    assert_traced_logits_are_the_plain_ones(make_engine, monkeypatch, 40, (3, 11, 20), 10, enabled=False,
+                                            block_size=16, kv_dtype=kv_dtype)
+    assert stored and all(stored)
 
 
 @pytest.mark.skipif(mx.cuda.is_available(), reason="the CPU's layer ops (a GPU's rope runs in its q/k/v kernel)")
@@ -312,15 +334,22 @@ def cascade_runs(tiny_model_path, make_engine, monkeypatch, env: str, values: tu
 
 
 def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path, make_engine, monkeypatch):
-    # Where the fused cascade runs (a GPU, 16-bit pages) each decode layer is one trace with the cascade's
-    # launches inside, its layout's arrays as inputs: the logits stay the plain path's bit for bit while rows
-    # cross pages on different steps, and a layer is traced a few times (row counts), not once per layout.
+    # Each decode layer is one trace with the attention's launches inside (the fused cascade on a GPU with
+    # 16-bit pages, else the portable flat and composed cascade launches), its layout's arrays as inputs: the
+    # logits stay the plain path's bit for bit while rows cross pages on different steps, and a layer is traced
+    # once per attention signature (the fused cascade's: row counts), not once per layout.
     from mlxcel import kernels
     from mlxcel.engine import layer_halves
     monkeypatch.setenv("MLXCEL_MATMUL", "cublas")   # the plain path's matmuls in the traces too
-    traces = []
+    traces, signatures = [], set()
     real = layer_halves.whole
-    monkeypatch.setattr(layer_halves, "whole", lambda layer, *a: traces.append(layer) or real(layer, *a))
+
+    def whole(layer, ops, attention, *args):
+        traces.append(layer)
+        signatures.add(attention.signature)
+        return real(layer, ops, attention, *args)
+
+    monkeypatch.setattr(layer_halves, "whole", whole)
     loaded, runs, engine = cascade_runs(tiny_model_path, make_engine, monkeypatch, "MLXCEL_TRACED_LAYERS",
                                         ("off", "on"))
     (tokens, logits), (plain_tokens, plain_logits) = runs["on"], runs["off"]
@@ -331,11 +360,12 @@ def test_whole_layer_traces_give_the_logits_of_the_plain_layers(tiny_model_path,
     cascade_steps = engine.metrics.registry.get_sample_value("mlxcel_paged_decode_launches_total",
                                                              {"path": "cascade"}) / loaded.num_layers
     assert cascade_steps >= 20
-    if not kernels.fused_takes(engine.runner.shape):
-        assert traces == []                 # the portable cascade runs between the traced halves
-    else:   # the layers share their traces: each made once, on one template layer
-        assert 1 <= len(traces) <= cascade_steps / 3
-        assert {id(layer) for layer in traces} == {id(loaded.model.layers[0].halves.traces.template)}
+    # The layers share their traces, made on one template layer: one per signature, and one more for the first
+    # layer's calls (no residual stream yet).
+    assert 1 <= len(traces) <= 2 * len(signatures)
+    assert {id(layer) for layer in traces} == {id(loaded.model.layers[0].halves.traces.template)}
+    if kernels.fused_takes(engine.runner.shape):
+        assert len(traces) <= cascade_steps / 3
 
 
 def test_folding_the_norms_and_adds_into_the_projections_keeps_the_logits(tiny_loaded, make_engine, monkeypatch):
