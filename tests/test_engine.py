@@ -275,7 +275,7 @@ def test_a_traced_layer_takes_its_own_tensor_map(tiny_model_path, make_engine, m
     # layer's baked into every layer were it a constant of the trace) give the traced logits the plain path's
     # bit for bit.
     from mlxcel.engine import runner
-    from mlxcel.kernels.cpu_layer_ops import CpuOps
+    from mlxcel.kernels.layer_ops import ComposedOps
 
     loaded = load_model(tiny_model_path)
     layers = loaded.model.model.layers
@@ -284,7 +284,7 @@ def test_a_traced_layer_takes_its_own_tensor_map(tiny_model_path, make_engine, m
         linear.__dict__["_tensor_map"] = (linear.weight, mx.array([0.05 * (i + 1)], dtype=linear.weight.dtype))
     maps_read = []
 
-    class MapReadingOps(CpuOps):
+    class MapReadingOps(ComposedOps):
         def folds(self, x, weight):   # the composed norms and adds, in the folding order
             return True
 
