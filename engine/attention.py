@@ -25,6 +25,7 @@ attention (``paged_prefill_attention``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable, Protocol, runtime_checkable
 
 import mlx.core as mx
@@ -196,8 +197,8 @@ class FlatLaunch:
     def __call__(self, q: mx.array, k_pool: Pages, v_pool: Pages, last_page_len: mx.array) -> mx.array:
         return self.partial(q, k_pool, v_pool, last_page_len)[0].astype(q.dtype)
 
-    @property
-    def signature(self) -> tuple | None:
+    @cached_property
+    def signature(self) -> tuple | None:   # read by every layer's trace lookup
         return (type(self).__name__, self.partial.signature) if traceable(self.partial) else None
 
     def arrays(self) -> tuple[mx.array, ...]:
@@ -239,7 +240,7 @@ class ComposedCascade:
     def launches(self) -> tuple:
         return (self.private, *self.levels, self.merge)
 
-    @property
+    @cached_property
     def signature(self) -> tuple | None:
         """None where the backend's launches are not traceable; else what a trace bakes in besides the arrays'
         shapes: the launches' signatures, each level's spans and width, the KV heads."""

@@ -18,9 +18,9 @@ store included).
   scatters (the pool's new arrays are then outputs), a traceable attention
   launch (the fused cascade; on the CPU the portable flat launch and
   composed cascade: its layout's arrays are inputs, what it bakes in fixed
-  by its signature), after: one call a layer (the model passes the host-bound variant of the
-  step's ops: their projections are the launches cheapest to encode,
-  ``layer_ops.host_bound``). The page layout moves every few steps, but the
+  by its signature), after: one call a layer (the model passes the
+  host-bound variant of the step's ops: their projections are the launches
+  cheapest to encode, ``layer_ops.host_bound``). The page layout moves every few steps, but the
   layout's arrays keep their shapes and the launches their options, so the
   trace replays (the portable launches' tile width grows a page at a time:
   a new trace each time the longest row crosses a page); an attention that
