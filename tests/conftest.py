@@ -15,6 +15,18 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 
 @pytest.fixture
+def on_the_cpu():
+    """The test on the CPU device, whatever the machine's default: on a GPU a trace's fused kernels round as
+    their own code does, not as the ops one by one, so bit-for-bit checks of traces mean the CPU's."""
+    import mlx.core as mx
+
+    device = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(device)
+
+
+@pytest.fixture
 def no_network(monkeypatch):
     """Any connection attempt fails the test."""
     import socket

@@ -18,14 +18,7 @@ from test_layer_ops import MAX_POSITION, llama3_heads, qwen3_heads
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
 
-@pytest.fixture(autouse=True)
-def on_the_cpu():
-    """The CPU's ops on the CPU device, whatever the machine's default: on a GPU a trace's fused kernels
-    round as their own code does, not as the ops one by one."""
-    device = mx.default_device()
-    mx.set_default_device(mx.cpu)
-    yield
-    mx.set_default_device(device)
+pytestmark = pytest.mark.usefixtures("on_the_cpu")   # the CPU's ops on the CPU device (conftest)
 
 
 def random_step(heads: HeadSplit, dtype: mx.Dtype, rows: int, rng) -> tuple[mx.array, mx.array]:

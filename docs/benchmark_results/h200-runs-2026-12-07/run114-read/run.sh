@@ -1,0 +1,19 @@
+# Run 114: main (the CPU's whole traced layers; the GPU path as run 102 read it) on one warm machine: run 113's
+# GPU tests, producer_matmul's wider blocks for gate/up (each x chunk staged once for more weight rows), then
+# run 102's modes not yet read on an H200 (the step profile, issue 26's 32K cell).
+# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call.
+#   run.sh tests    run 113's tests -> tests/pytest.txt
+#   run.sh sweep    gpu_matmul_bench.py at 32 rows, producer blocks of 64, 80, 96 and 128 columns -> sweep/
+#   run.sh profile  run 102's step profile -> profile/
+#   run.sh kv       run 102's 32 x 32K cell, bf16 and int8 pages -> kv/
+set -u
+case $1 in
+tests) bash docs/benchmark_results/h200-runs-2026-12-07/run113-gpu-tests/run.sh tests ;;
+sweep)
+  source benchmarks/device_env.sh || exit 1
+  out=$OUT/sweep; mkdir -p $out
+  timeout 400 python3 benchmarks/gpu_matmul_bench.py --out /tmp/mm --rows 32 --producer --sweep \
+    --sweep-tiles p8x4x12 p10x4x8 p12x4x8 p12x4x4 p16x4x4 > $out/matmul.log 2>&1
+  echo "sweep exit $? at $SECONDS s"; cp /tmp/mm/* $out/ 2>/dev/null; cat $out/matmul.md; tail -3 $out/matmul.log ;;
+profile|kv) bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh $1 ;;
+esac
