@@ -311,7 +311,6 @@ class PartialLaunch:
         o, lse = tile_states(q, k_pool, v_pool, self.tiles, self.at, self._mask[1], self.shape.scale)
         return (o, lse) if self.merge is None else merge_with(o, lse, self.merge)
 
-
     def arrays(self) -> tuple[mx.array, ...]:
         """The layout's arrays, in ``rebind``'s order (the merge's last, where there is one)."""
         t = self.tiles
