@@ -1,0 +1,25 @@
+# Run 115: the flat launch's staging ring (probe.py: bf16, int8 and int4 pages on rings of 2, 3 and 4 chunks),
+# and Nsight Compute over the three ring-of-2 flat kernels at 8192 x 32 (registers, occupancy, issue, stalls).
+# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call.
+#   run.sh probe   -> probe/
+#   run.sh ncu     -> ncu/ncu.txt
+set -u
+source benchmarks/device_env.sh || exit 1
+D=docs/benchmark_results/h200-runs-2026-12-07/run115-flat-stages
+case $1 in
+probe)
+  mkdir -p $OUT/probe
+  MLXCEL_KERNELS=fused timeout 400 python3 $D/probe.py /tmp/probe > $OUT/probe/probe.log 2>&1
+  echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/probe/ 2>/dev/null; cat $OUT/probe/probe.md
+  tail -3 $OUT/probe/probe.log | cut -c1-400 ;;
+ncu)
+  mkdir -p $OUT/ncu
+  MLXCEL_KERNELS=fused timeout 400 ncu --clock-control none --kernel-name regex:quantized_partial\|mlxcel_partial \
+    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section InstructionStats python3 $D/probe.py /tmp/ncu --once 8192x32 > $OUT/ncu/ncu.txt 2>&1
+  echo "ncu exit $? at $SECONDS s"
+  grep -E "mlxcel_|Duration|Registers Per|Achieved Occ|Theoretical Occ|Block Limit|Issue Slots Busy|No Eligible|\
+Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Executed Instructions  |DRAM Throughput|\
+Compute \(SM\)|L2 Hit|Stall" $OUT/ncu/ncu.txt | cut -c1-160 | head -120 ;;
+esac
