@@ -3,6 +3,8 @@
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call.
 #   run.sh probe   -> probe/
 #   run.sh ncu     -> ncu/ncu.txt
+#   run.sh bounds  bounds.py: the flat kernels under __launch_bounds__(128, 4 or 5) -> bounds/
+#   run.sh ncu-b   Nsight Compute over bounds.py's kernels of 4 blocks an SM -> ncu-b/ncu.txt
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run115-flat-stages
@@ -12,14 +14,21 @@ probe)
   MLXCEL_KERNELS=fused timeout 400 python3 $D/probe.py /tmp/probe > $OUT/probe/probe.log 2>&1
   echo "probe exit $? at $SECONDS s"; cp /tmp/probe/* $OUT/probe/ 2>/dev/null; cat $OUT/probe/probe.md
   tail -3 $OUT/probe/probe.log | cut -c1-400 ;;
-ncu)
-  mkdir -p $OUT/ncu
-  MLXCEL_KERNELS=fused timeout 400 ncu --clock-control none --kernel-name regex:quantized_partial\|mlxcel_partial \
-    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --section InstructionStats python3 $D/probe.py /tmp/ncu --once 8192x32 > $OUT/ncu/ncu.txt 2>&1
+ncu|ncu-b)
+  mkdir -p $OUT/$1
+  if [ $1 = ncu ]; then args="regex:quantized_partial|mlxcel_partial --launch-count 4 $D/probe.py"
+  else args="regex:_b4 --launch-count 3 $D/bounds.py"; fi
+  set -- $1 $args
+  MLXCEL_KERNELS=fused timeout 400 ncu --clock-control none --kernel-name $2 --launch-count $4 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section InstructionStats python3 $5 /tmp/ncu --once 8192x32 > $OUT/$1/ncu.txt 2>&1
   echo "ncu exit $? at $SECONDS s"
   grep -E "mlxcel_|Duration|Registers Per|Achieved Occ|Theoretical Occ|Block Limit|Issue Slots Busy|No Eligible|\
 Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Executed Instructions  |DRAM Throughput|\
-Compute \(SM\)|L2 Hit|Stall" $OUT/ncu/ncu.txt | cut -c1-160 | head -120 ;;
+Compute \(SM\)|L2 Hit|Stall|Local" $OUT/$1/ncu.txt | cut -c1-160 | head -120 ;;
+bounds)
+  mkdir -p $OUT/bounds
+  MLXCEL_KERNELS=fused timeout 400 python3 $D/bounds.py /tmp/bounds > $OUT/bounds/bounds.log 2>&1
+  echo "bounds exit $? at $SECONDS s"; cp /tmp/bounds/* $OUT/bounds/ 2>/dev/null; cat $OUT/bounds/bounds.md
+  tail -5 $OUT/bounds/bounds.log | cut -c1-600 ;;
 esac
