@@ -21,7 +21,8 @@ ncu|ncu-b)
   set -- $1 $args
   MLXCEL_KERNELS=fused timeout 400 ncu --clock-control none --kernel-name $2 --launch-count $4 --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats python3 $5 /tmp/ncu --once 8192x32 > $OUT/$1/ncu.txt 2>&1
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+    python3 $5 /tmp/ncu --once 8192x32 > $OUT/$1/ncu.txt 2>&1
   echo "ncu exit $? at $SECONDS s"
   grep -E "mlxcel_|Duration|Registers Per|Achieved Occ|Theoretical Occ|Block Limit|Issue Slots Busy|No Eligible|\
 Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Executed Instructions  |DRAM Throughput|\
