@@ -4,6 +4,7 @@
 #   run.sh probe   -> probe/
 #   run.sh ncu     -> ncu/ncu.txt
 #   run.sh bounds  bounds.py: the flat kernels under __launch_bounds__(128, 4 or 5) -> bounds/
+#   run.sh widths  widths.py: the heuristic's tile width against even tiles of a row -> widths/
 #   run.sh ncu-b   Nsight Compute over bounds.py's kernels of 4 blocks an SM -> ncu-b/ncu.txt
 set -u
 source benchmarks/device_env.sh || exit 1
@@ -32,4 +33,10 @@ bounds)
   MLXCEL_KERNELS=fused timeout 400 python3 $D/bounds.py /tmp/bounds > $OUT/bounds/bounds.log 2>&1
   echo "bounds exit $? at $SECONDS s"; cp /tmp/bounds/* $OUT/bounds/ 2>/dev/null; cat $OUT/bounds/bounds.md
   tail -5 $OUT/bounds/bounds.log | cut -c1-600 ;;
+widths)
+  mkdir -p $OUT/widths
+  MLXCEL_KERNELS=fused timeout 400 python3 $D/widths.py /tmp/widths 8192x32 32768x32 2048x32 8192x64 \
+    > $OUT/widths/widths.log 2>&1
+  echo "widths exit $? at $SECONDS s"; cp /tmp/widths/* $OUT/widths/ 2>/dev/null; cat $OUT/widths/widths.md
+  tail -5 $OUT/widths/widths.log | cut -c1-600 ;;
 esac
