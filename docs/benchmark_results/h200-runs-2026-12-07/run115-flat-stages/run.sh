@@ -5,6 +5,7 @@
 #   run.sh ncu     -> ncu/ncu.txt
 #   run.sh bounds  bounds.py: the flat kernels under __launch_bounds__(128, 4 or 5) -> bounds/
 #   run.sh widths  widths.py: the heuristic's tile width against even tiles of a row -> widths/
+#   run.sh sass    the ring-of-2 flat kernels' PTX (MLX's cache) through ptxas and cuobjdump -> sass/
 #   run.sh ncu-b   Nsight Compute over bounds.py's kernels of 4 blocks an SM -> ncu-b/ncu.txt
 set -u
 source benchmarks/device_env.sh || exit 1
@@ -39,4 +40,13 @@ widths)
     > $OUT/widths/widths.log 2>&1
   echo "widths exit $? at $SECONDS s"; cp /tmp/widths/* $OUT/widths/ 2>/dev/null; cat $OUT/widths/widths.md
   tail -5 $OUT/widths/widths.log | cut -c1-600 ;;
+sass)
+  mkdir -p $OUT/sass
+  MLXCEL_KERNELS=fused timeout 200 python3 $D/probe.py /tmp/sass --once 8192x32 > $OUT/sass/probe.log 2>&1
+  ls -la $MLX_PTX_CACHE_DIR | head -20
+  for f in $(ls $MLX_PTX_CACHE_DIR | grep -E "partial" | grep -v warpgroup); do
+    ptxas -arch=sm_90a $MLX_PTX_CACHE_DIR/$f -o /tmp/k.cubin -v > $OUT/sass/$f.ptxas.txt 2>&1 \
+      && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$f.sass; echo "$f $?"
+  done
+  tail -2 $OUT/sass/*.ptxas.txt ;;
 esac
