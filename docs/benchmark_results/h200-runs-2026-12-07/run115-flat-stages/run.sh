@@ -43,10 +43,12 @@ widths)
 sass)
   mkdir -p $OUT/sass
   MLXCEL_KERNELS=fused timeout 200 python3 $D/probe.py /tmp/sass --once 8192x32 > $OUT/sass/probe.log 2>&1
-  ls -la $MLX_PTX_CACHE_DIR | head -20
-  for f in $(ls $MLX_PTX_CACHE_DIR | grep -E "partial" | grep -v warpgroup); do
-    ptxas -arch=sm_90a $MLX_PTX_CACHE_DIR/$f -o /tmp/k.cubin -v > $OUT/sass/$f.ptxas.txt 2>&1 \
-      && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$f.sass; echo "$f $?"
-  done
-  tail -2 $OUT/sass/*.ptxas.txt ;;
+  # MLX's cache holds a cubin under the .ptx name where NVRTC built for the device, else PTX.
+  find $MLX_PTX_CACHE_DIR -name "*.ptx" | grep partial | grep -v warpgroup | while read -r f; do
+    n=$(basename "$f" .ptx | cut -c1-80)
+    if ! cuobjdump -sass "$f" > $OUT/sass/$n.sass 2>/dev/null; then
+      ptxas -arch=sm_90a "$f" -o /tmp/k.cubin -v > $OUT/sass/$n.ptxas.txt 2>&1 && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$n.sass
+    fi
+    echo "$n $(wc -l < $OUT/sass/$n.sass)"
+  done ;;
 esac
