@@ -47,7 +47,8 @@ sass)
   find $MLX_PTX_CACHE_DIR -name "*.ptx" | grep partial | grep -v warpgroup | while read -r f; do
     n=$(basename "$f" .ptx | cut -c1-80)
     if ! cuobjdump -sass "$f" > $OUT/sass/$n.sass 2>/dev/null; then
-      ptxas -arch=sm_90a "$f" -o /tmp/k.cubin -v > $OUT/sass/$n.ptxas.txt 2>&1 && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$n.sass
+      ptxas -arch=sm_90a "$f" -o /tmp/k.cubin -v > $OUT/sass/$n.ptxas.txt 2>&1 \
+        && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$n.sass
     fi
     echo "$n $(wc -l < $OUT/sass/$n.sass)"
   done ;;
