@@ -5,7 +5,7 @@
 #   run.sh ncu     -> ncu/ncu.txt
 #   run.sh bounds  bounds.py: the flat kernels under __launch_bounds__(128, 4 or 5) -> bounds/
 #   run.sh widths  widths.py: the heuristic's tile width against even tiles of a row -> widths/
-#   run.sh sass    the ring-of-2 flat kernels' PTX (MLX's cache) through ptxas and cuobjdump -> sass/
+#   run.sh sass    the ring-of-2 flat kernels' SASS, executed instructions a line (ncu) -> sass/
 #   run.sh ncu-b   Nsight Compute over bounds.py's kernels of 4 blocks an SM -> ncu-b/ncu.txt
 set -u
 source benchmarks/device_env.sh || exit 1
@@ -41,15 +41,12 @@ widths)
   echo "widths exit $? at $SECONDS s"; cp /tmp/widths/* $OUT/widths/ 2>/dev/null; cat $OUT/widths/widths.md
   tail -5 $OUT/widths/widths.log | cut -c1-600 ;;
 sass)
+  # Each ring-of-2 flat kernel's SASS with executed instructions a line (Nsight Compute's source page).
   mkdir -p $OUT/sass
-  MLXCEL_KERNELS=fused timeout 200 python3 $D/probe.py /tmp/sass --once 8192x32 > $OUT/sass/probe.log 2>&1
-  # MLX's cache holds a cubin under the .ptx name where NVRTC built for the device, else PTX.
-  find $MLX_PTX_CACHE_DIR -name "*.ptx" | grep partial | grep -v warpgroup | while read -r f; do
-    n=$(basename "$f" .ptx | cut -c1-80)
-    if ! cuobjdump -sass "$f" > $OUT/sass/$n.sass 2>/dev/null; then
-      ptxas -arch=sm_90a "$f" -o /tmp/k.cubin -v > $OUT/sass/$n.ptxas.txt 2>&1 \
-        && cuobjdump -sass /tmp/k.cubin > $OUT/sass/$n.sass
-    fi
-    echo "$n $(wc -l < $OUT/sass/$n.sass)"
-  done ;;
+  MLXCEL_KERNELS=fused timeout 300 ncu --clock-control none --kernel-name regex:quantized_partial\|mlxcel_partial \
+    --launch-skip 1 --launch-count 3 --section SourceCounters -o /tmp/rep -f \
+    python3 $D/probe.py /tmp/sass --once 8192x32 > $OUT/sass/ncu.log 2>&1
+  echo "ncu exit $? at $SECONDS s"; tail -3 $OUT/sass/ncu.log
+  ncu --import /tmp/rep.ncu-rep --page source --print-source sass --csv > $OUT/sass/sass.csv 2> $OUT/sass/import.log
+  echo "import exit $?"; wc -l $OUT/sass/sass.csv; head -c 600 $OUT/sass/sass.csv ;;
 esac
