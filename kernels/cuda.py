@@ -143,11 +143,13 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, bool vali
                :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// BYTES (4 or 8) global -> shared, zero-filled when !valid (quantized pages' scales and zeros).
+// BYTES (4 or 8) global -> shared, zero-filled when !valid (quantized pages'
+// scales and zeros); nothing at all unless issue: a predicate, not a branch,
+// so the threads that copy none never part from the others.
 template <int BYTES>
-__device__ __forceinline__ void copy_async_small(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-               :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
+__device__ __forceinline__ void copy_async_small(void* dst, const void* src, bool valid, bool issue) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p cp.async.ca.shared.global [%0], [%1], %2, %3;\n}\n"
+               :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0), "r"(int(issue)));
 }
 
 __device__ __forceinline__ void copy_commit() {
@@ -381,7 +383,9 @@ struct ChunkCopies {
   // Quantized pages: the chunk's K and V code rows (ROW_BYTES each, CODE_STRIDE
   // apart) at keys and after them, then each token's scales (and zeros) as
   // ScaleRows lays them out; invalid slots read nothing (zero codes, zero
-  // scales: weightless). A row's scales travel with its first pieces.
+  // scales: weightless). A row's scales travel with its first pieces, piece
+  // a % VECS copying array a's: every thread issues each array's copy under
+  // a predicate, so none branches or holds a chosen array's address.
   template <bool AFFINE, int ROW_BYTES, int CODE_STRIDE, typename C>
   __device__ __forceinline__ void copy_code_rows(const C* k_pool, const C* v_pool, const __half* k_scales,
                                                  const __half* v_scales, const __half* k_zeros,
@@ -402,13 +406,11 @@ struct ChunkCopies {
       copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16, valid);
       copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16, valid);
       #pragma unroll
-      for (int first = 0; first < Scales::ARRAYS; first += VECS) {
-        const int a = first + part;
-        if (a < Scales::ARRAYS) {
-          const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
-          const __half* src = AFFINE ? array + at * (Scales::BYTES / 2) : array + (at & ~size_t(1));
-          copy_async_small<Scales::BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * Scales::BYTES, src, valid);
-        }
+      for (int a = 0; a < Scales::ARRAYS; ++a) {
+        const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
+        const __half* src = AFFINE ? array + at * (Scales::BYTES / 2) : array + (at & ~size_t(1));
+        copy_async_small<Scales::BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * Scales::BYTES, src, valid,
+                                        part == a % VECS);
       }
     }
     copy_commit();
