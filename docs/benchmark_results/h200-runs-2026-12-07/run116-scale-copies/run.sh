@@ -4,6 +4,9 @@
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call.
 #   run.sh ab      ab.py at 8192 x 32 and 32768 x 32 -> ab/
 #   run.sh tests   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/
+# Then run 102's `kv` and `kernel` modes on the branch, same machine (out-h100/kv, kernel-1, kernel-2):
+#   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh kv   (and: ... kernel)
+# Ran on an H100 (out-h100/): ab, tests (161 passed), kv, kernel. No H200 came.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run116-scale-copies
