@@ -137,19 +137,22 @@ __device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const
                : "r"(shared_address(row)));
 }
 
-// 16 bytes global -> shared without a register round trip; zero-filled when !valid.
+// 16 bytes global -> shared (dst: a shared-window address) without a register
+// round trip; zero-filled when !valid.
+__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+  copy_async(shared_address(dst), src, valid);
 }
 
 // BYTES (4 or 8) global -> shared, zero-filled when !valid (quantized pages'
 // scales and zeros); nothing at all unless issue: a predicate, not a branch,
 // so the threads that copy none never part from the others.
 template <int BYTES>
-__device__ __forceinline__ void copy_async_small(void* dst, const void* src, bool valid, bool issue) {
+__device__ __forceinline__ void copy_async_small(uint32_t dst, const void* src, bool valid, bool issue) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p cp.async.ca.shared.global [%0], [%1], %2, %3;\n}\n"
-               :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0), "r"(int(issue)));
+               :: "r"(dst), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0), "r"(int(issue)));
 }
 
 __device__ __forceinline__ void copy_commit() {
@@ -392,8 +395,12 @@ struct ChunkCopies {
                                                  const __half* v_zeros, const int (&pages)[LOOKUPS], int chunk,
                                                  bool at_ends, unsigned char* keys) const {
     using Scales = ScaleRows<AFFINE, ROW_BYTES * (AFFINE ? 2 : 1)>;
-    unsigned char* values = keys + CHUNK * CODE_STRIDE;
-    unsigned char* scale_rows = values + CHUNK * CODE_STRIDE;   // [Scales::ARRAYS][CHUNK][Scales::BYTES]
+    // This thread's piece of pass 0's rows and its scale row, as shared-window
+    // addresses: each copy's is one of them plus a constant, which ptxas folds
+    // into the copy's own offset. Values follow keys; then the scales,
+    // [Scales::ARRAYS][CHUNK][Scales::BYTES].
+    const uint32_t piece_at = shared_address(keys) + pass_row * CODE_STRIDE + part * 16;
+    const uint32_t scale_at = shared_address(keys) + 2 * CHUNK * CODE_STRIDE + pass_row * Scales::BYTES;
     #pragma unroll
     for (int j = 0; j < CHUNK / PASS_ROWS; ++j) {
       const int slot_in_chunk = j * PASS_ROWS + pass_row;
@@ -403,13 +410,13 @@ struct ChunkCopies {
       // The (token, KV head) row's index in the pool, 64-bit from the page's base.
       const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
                         (page_row * kv_heads + kv_head);
-      copy_async(keys + slot_in_chunk * CODE_STRIDE + part * 16, k_pool + at * ROW_BYTES + part * 16, valid);
-      copy_async(values + slot_in_chunk * CODE_STRIDE + part * 16, v_pool + at * ROW_BYTES + part * 16, valid);
+      copy_async(piece_at + j * PASS_ROWS * CODE_STRIDE, k_pool + at * ROW_BYTES + part * 16, valid);
+      copy_async(piece_at + (CHUNK + j * PASS_ROWS) * CODE_STRIDE, v_pool + at * ROW_BYTES + part * 16, valid);
       #pragma unroll
       for (int a = 0; a < Scales::ARRAYS; ++a) {
         const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
         const __half* src = AFFINE ? array + at * (Scales::BYTES / 2) : array + (at & ~size_t(1));
-        copy_async_small<Scales::BYTES>(scale_rows + (a * CHUNK + slot_in_chunk) * Scales::BYTES, src, valid,
+        copy_async_small<Scales::BYTES>(scale_at + (a * CHUNK + j * PASS_ROWS) * Scales::BYTES, src, valid,
                                         part == a % VECS);
       }
     }
