@@ -11,7 +11,8 @@ D=docs/benchmark_results/h200-runs-2026-12-07/run117-copy-offsets
 mkdir -p $OUT/ab $OUT/tests; cp $D/main_cuda.py kernels/cuda_main.py
 MLXCEL_KERNELS=fused timeout 200 python3 docs/benchmark_results/h200-runs-2026-12-07/run116-scale-copies/ab.py \
   /tmp/ab > $OUT/ab/ab.log 2>&1
-echo "ab exit $? at $SECONDS s"; cp /tmp/ab/* $OUT/ab/ 2>/dev/null; cat $OUT/ab/ab.md; tail -2 $OUT/ab/ab.log | cut -c1-300
+echo "ab exit $? at $SECONDS s"; cp /tmp/ab/* $OUT/ab/ 2>/dev/null; cat $OUT/ab/ab.md
+tail -2 $OUT/ab/ab.log | cut -c1-300
 MLXCEL_POISON_OUTPUTS=nan timeout 200 python3 -m pytest -q tests/test_fused_kernels.py \
   -k "int8 and (warpgroup or cascade)" > $OUT/tests/pytest.txt 2>&1
 echo "tests exit $? at $SECONDS s"; tail -2 $OUT/tests/pytest.txt | cut -c1-300
