@@ -5,6 +5,9 @@
 # cascade GPU tests (the producer's copies changed too) under NaN poisoning.
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 #   run.sh ab      -> ab/ and tests/
+# Then run 102's `kv` mode on the branch, same machine (out-h100/kv):
+#   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh kv
+# Ran on an H100 (out-h100/): ab (bit for bit; 38 tests passed), kv. No H200 came.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run117-copy-offsets
