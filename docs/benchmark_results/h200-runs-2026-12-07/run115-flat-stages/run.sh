@@ -4,7 +4,7 @@
 #   run.sh probe   -> probe/
 #   run.sh ncu     -> ncu/ncu.txt
 #   run.sh bounds  bounds.py: the flat kernels under __launch_bounds__(128, 4 or 5) -> bounds/
-#   run.sh widths  widths.py: the heuristic's tile width against even tiles of a row -> widths/
+#   run.sh widths  widths.py: the heuristic's tile width against 6 even tiles a row -> widths/
 #   run.sh sass    the ring-of-2 flat kernels' SASS, executed instructions a line (ncu) -> sass/
 #   run.sh ncu-b   Nsight Compute over bounds.py's kernels of 4 blocks an SM -> ncu-b/ncu.txt
 set -u

@@ -1,9 +1,9 @@
-"""Balanced flat tiles: at 8192 x 32 a row's 258 pages split at the heuristic's 128 into tiles of 128, 128 and
-2 pages, so two thirds of the grid's 768 blocks carry the work, 512 of them on 396 block slots (three 4-warp
-blocks an SM by registers): the last 116 run with the SMs two thirds idle (32K x 32: 512, 512, 2 of 1,026).
-Here the heuristic's width against the widths that split the longest row into k even tiles (k = 3, 6), for
-bf16, int8 and int4 pages, timed side by side a cell (measure_all), each checked against bf16 flat at the
-heuristic's width.
+"""The flat launch's tiles a row: at 8192 x 32 the width heuristic's 128 pages cut a row's 258 into three tiles
+of 86 (split_rows evens them out; 768 blocks on 396 block slots, three 4-warp blocks an SM by registers).
+Here the heuristic's width against the widths that split the longest row into k even tiles (k = 3: the
+heuristic's own plan again; k = 6), for bf16, int8 and int4 pages, timed side by side a cell (measure_all), each
+checked against bf16 flat at the heuristic's width. (Written expecting the heuristic's tiles to be 128, 128 and
+2 pages; they are not, so k = 3 reads the same plan twice.)
 
     python widths.py OUTDIR [SHAREDxBATCH ...]
 """
