@@ -396,7 +396,7 @@ struct ChunkCopies {
                                                  bool at_ends, unsigned char* keys) const {
     using Scales = ScaleRows<AFFINE, ROW_BYTES * (AFFINE ? 2 : 1)>;
     // This thread's piece of pass 0's rows and its scale row, as shared-window
-    // addresses: each copy's is one of them plus a constant, which ptxas folds
+    // addresses: each copy's is one of them plus a constant, for ptxas to fold
     // into the copy's own offset. Values follow keys; then the scales,
     // [Scales::ARRAYS][CHUNK][Scales::BYTES].
     const uint32_t piece_at = shared_address(keys) + pass_row * CODE_STRIDE + part * 16;
