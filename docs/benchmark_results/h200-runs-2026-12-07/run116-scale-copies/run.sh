@@ -1,6 +1,7 @@
 # Run 116: a quantized stage's scale copies under a predicate (every thread issues each scale array's copy, no
 # branch a pass; run 115's SASS had int8 flat's staging at ~200 instructions a thread and chunk against bf16's
 # ~95). ab.py: main's flat partial kernels beside the branch's, bit for bit, timed side by side.
+# main_cuda.py (main's kernels, not kept): `git show 94d7648:kernels/cuda.py > $D/main_cuda.py` here first.
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call.
 #   run.sh ab      ab.py at 8192 x 32 and 32768 x 32 -> ab/
 #   run.sh tests   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/

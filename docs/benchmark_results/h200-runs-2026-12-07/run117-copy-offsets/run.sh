@@ -3,6 +3,7 @@
 # instructions a thread and chunk of int8 flat's staging, most of them its shared addresses recomputed).
 # run 116's ab.py against main (main_cuda.py: kernels/cuda.py before this change), then the int8 warpgroup and
 # cascade GPU tests (the producer's copies changed too) under NaN poisoning.
+# main_cuda.py (main's kernels, not kept): `git show 45402b4:kernels/cuda.py > $D/main_cuda.py` here first.
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 #   run.sh ab      -> ab/ and tests/
 # Then run 102's `kv` mode on the branch, same machine (out-h100/kv):
