@@ -378,7 +378,8 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     follow. Returns [R, Hq, L, D] in q's dtype."""
     length = q.shape[2]
     host = csr.host
-    if (host.num_tokens() < length).any():
+    tokens = host.num_tokens()
+    if (tokens < length).any():
         raise ValueError(f"every row needs at least its {length} query tokens in the pool")
     tiles = page_tiles(csr, chunk_pages=int(host.num_pages().max()))   # one tile per row
     block_size, num_kv_heads = k_pool.shape[1], k_pool.shape[2]
@@ -392,5 +393,5 @@ def paged_prefill_attention(q: mx.array, k_pool: mx.array, v_pool: mx.array, csr
     visible = newest[:, None] - (length - 1) + mx.arange(length, dtype=mx.int32)  # [R, L] causal limit
     slot = mx.arange(slots, dtype=mx.int32)
     mask = (slot >= tiles.first_slot[:, None, None]) & (slot <= visible[:, :, None])
-    last_key = int(((host.num_pages() - 1) * block_size + host.last_page_len).max()) - 1   # newest's, on the host
+    last_key = int((host.first_page_offset + tokens).max()) - 1        # the largest newest, from the host's counts
     return dense_attention(q, keys, values, mask[:, None], scale=scale, last_key=last_key)
