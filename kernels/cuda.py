@@ -208,12 +208,8 @@ __device__ __forceinline__ uint32_t as_word(__half2 x) {
 // exactly: below the byte 0x64 a byte b is the float16 1024 + b, and
 // 1024 + 128 + code - 1152 is the code.
 template <uint32_t SELECTOR>
-__device__ __forceinline__ __half2 biased_int8_pair(uint32_t flipped) {   // 1152 + code
-  return as_half2(__byte_perm(flipped, 0x64646464u, SELECTOR));
-}
-template <uint32_t SELECTOR>
 __device__ __forceinline__ __half2 int8_pair(uint32_t flipped) {
-  return __hsub2(biased_int8_pair<SELECTOR>(flipped), as_half2(0x64806480u));
+  return __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, SELECTOR)), as_half2(0x64806480u));
 }
 
 // The four int4 code pairs of w (pair J: the nibbles at bits 4J..4J+3 of
@@ -241,13 +237,6 @@ __device__ __forceinline__ void nibble_pairs(uint32_t w, __half2 (&c)[4]) {
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// One MUFU.LG2 (x a normal float).
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
@@ -406,7 +395,6 @@ struct ChunkCopies {
                                                  const __half* v_zeros, const int (&pages)[LOOKUPS], int chunk,
                                                  bool at_ends, unsigned char* keys) const {
     using Scales = ScaleRows<AFFINE, ROW_BYTES * (AFFINE ? 2 : 1)>;
-    constexpr int ROW_SCALE_BYTES = AFFINE ? Scales::BYTES : 2;   // a row's in each scale array (int8: one half)
     // This thread's piece of pass 0's rows and its scale row, as shared-window
     // addresses: each copy's is one of them plus a constant, for ptxas to fold
     // into the copy's own offset. Values follow keys; then the scales,
@@ -418,27 +406,18 @@ struct ChunkCopies {
       const int slot_in_chunk = j * PASS_ROWS + pass_row;
       const int slot = chunk * CHUNK + slot_in_chunk;
       const bool valid = !at_ends || (slot >= first_slot && slot < end_slot);
-      // A source: its array's base plus this thread's row (the (token, KV
-      // head) row of page row pass_row, or of slot's) and piece, the same
-      // every chunk, plus the rows of the page and pass, the same for every
-      // thread (ALIGNED); 64-bit arithmetic a page and pass, not a copy.
-      const uint32_t page = pages[ALIGNED ? j * PASS_ROWS / BLOCK : j];
-      const uint32_t row = (ALIGNED ? pass_row : slot % BLOCK) * kv_heads + kv_head;
-      const size_t page_row = size_t(page) * (BLOCK * kv_heads) + (ALIGNED ? j * PASS_ROWS % BLOCK * kv_heads : 0);
-      const uint32_t code_offset = row * ROW_BYTES + part * 16;
-      copy_async(piece_at + j * PASS_ROWS * CODE_STRIDE,
-                 reinterpret_cast<const unsigned char*>(k_pool) + code_offset + page_row * ROW_BYTES, valid);
-      copy_async(piece_at + (CHUNK + j * PASS_ROWS) * CODE_STRIDE,
-                 reinterpret_cast<const unsigned char*>(v_pool) + code_offset + page_row * ROW_BYTES, valid);
-      // int8: the aligned pair of halves holding the row's (page_row is even).
-      const uint32_t scale_offset = AFFINE ? row * Scales::BYTES : (row & ~1u) * 2;
+      const int page_row = ALIGNED ? j * PASS_ROWS % BLOCK + pass_row : slot % BLOCK;
+      // The (token, KV head) row's index in the pool, 64-bit from the page's base.
+      const size_t at = size_t(pages[ALIGNED ? j * PASS_ROWS / BLOCK : j]) * (BLOCK * kv_heads) +
+                        (page_row * kv_heads + kv_head);
+      copy_async(piece_at + j * PASS_ROWS * CODE_STRIDE, k_pool + at * ROW_BYTES + part * 16, valid);
+      copy_async(piece_at + (CHUNK + j * PASS_ROWS) * CODE_STRIDE, v_pool + at * ROW_BYTES + part * 16, valid);
       #pragma unroll
       for (int a = 0; a < Scales::ARRAYS; ++a) {
         const __half* array = a == 0 ? k_scales : a == 1 ? v_scales : a == 2 ? k_zeros : v_zeros;
-        copy_async_small<Scales::BYTES>(scale_at + (a * CHUNK + j * PASS_ROWS) * Scales::BYTES,
-                                        reinterpret_cast<const unsigned char*>(array) + scale_offset +
-                                            page_row * ROW_SCALE_BYTES,
-                                        valid, part == a % VECS);
+        const __half* src = AFFINE ? array + at * (Scales::BYTES / 2) : array + (at & ~size_t(1));
+        copy_async_small<Scales::BYTES>(scale_at + (a * CHUNK + j * PASS_ROWS) * Scales::BYTES, src, valid,
+                                        part == a % VECS);
       }
     }
     copy_commit();
@@ -661,23 +640,6 @@ PARTIAL_SOURCE = r"""
     }
   }
 
-  // int8 pages: the scores' codes reach the mma biased by 1152 (one
-  // instruction each fewer), so each row's scores are 1152 times its query's
-  // sum too (q as the mma reads it), taken away with the key's scale.
-  float code_bias[2] = {0.f, 0.f};                 // rows g, g+8
-  if constexpr (QUANTIZED && !Format::AFFINE) {
-    #pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-      #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float2 x = __half22float2(mlxcel::as_half2(qf[kk][r]));
-        code_bias[r & 1] += x.x + x.y;
-      }
-    }
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) code_bias[r] = 1152.f * mlxcel::lane_sum(mlxcel::lane_sum(code_bias[r], 1), 2);
-  }
-
   // ---- 2. staging ----
   using Copies = mlxcel::ChunkCopies<VECS, THREADS, CHUNK, BLOCK>;
   constexpr int LOOKUPS = Copies::LOOKUPS;
@@ -731,7 +693,6 @@ PARTIAL_SOURCE = r"""
 
         // ---- 3a. scores ----
         float s[NT][4];
-        float value_log2[NT][2];   // int8 pages: the log2 of this lane's tokens' value scales (see 3b)
         if constexpr (QUANTIZED) {
           // ldmatrix over code rows gives lane (g, tig), from each 16-byte
           // unit m of token row g, its bytes 4 tig..4 tig + 3. int8: unit m
@@ -769,24 +730,15 @@ PARTIAL_SOURCE = r"""
                                        mlxcel::as_word(__hfma2(c[3], sc, zero)));
                 } else {
                   const uint32_t flipped = w[i] ^ 0x80808080u;
-                  mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::biased_int8_pair<0x4140>(flipped)),
-                                       mlxcel::as_word(mlxcel::biased_int8_pair<0x4342>(flipped)));
+                  mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::int8_pair<0x4140>(flipped)),
+                                       mlxcel::as_word(mlxcel::int8_pair<0x4342>(flipped)));
                 }
               }
             }
             if constexpr (!Format::AFFINE) {   // this lane's columns: tokens token + 2 tig (c even) and + 1
-              // The key's scale multiplies its scores; the value's joins them
-              // as its log2 (see 3b), floored at float16's least (a zero
-              // head's: its codes are zeros, its weight still counts).
               const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + 2 * (token + 2 * tig);
-              const __half* value_scales = key_scales + 2 * CHUNK;
-              #pragma unroll
-              for (int u = 0; u < 2; ++u) {
-                const float key = __half2float(key_scales[2 * u + scale_half[u]]);
-                value_log2[nt][u] = mlxcel::fast_log2(fmaxf(__half2float(value_scales[2 * u + scale_half[u]]), 0x1p-24f));
-                s[nt][u] = fmaf(s[nt][u], key, fmaf(-code_bias[0], key, value_log2[nt][u]));
-                s[nt][u + 2] = fmaf(s[nt][u + 2], key, fmaf(-code_bias[1], key, value_log2[nt][u]));
-              }
+              const float even = __half2float(key_scales[scale_half[0]]), odd = __half2float(key_scales[2 + scale_half[1]]);
+              s[nt][0] *= even; s[nt][1] *= odd; s[nt][2] *= even; s[nt][3] *= odd;
             }
           }
         } else {
@@ -829,27 +781,13 @@ PARTIAL_SOURCE = r"""
             acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
           }
         }
-        // int8 pages: a weight is its value scale's multiple (3b), the row
-        // sums count it without.
-        float unscale[NT][2];
-        if constexpr (QUANTIZED && !Format::AFFINE) {
-          #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            unscale[nt][0] = mlxcel::fast_exp2(-value_log2[nt][0]);
-            unscale[nt][1] = mlxcel::fast_exp2(-value_log2[nt][1]);
-          }
-        }
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const float base = row_max[c >> 1] == neg_inf ? 0.f : row_max[c >> 1];   // nothing valid yet: exp2 -> 0
             s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base);
-            if constexpr (QUANTIZED && !Format::AFFINE) {
-              row_sum[c >> 1] = fmaf(s[nt][c], unscale[nt][c & 1], row_sum[c >> 1]);
-            } else {
-              row_sum[c >> 1] += s[nt][c];
-            }
+            row_sum[c >> 1] += s[nt][c];
           }
         }
 
@@ -867,12 +805,12 @@ PARTIAL_SOURCE = r"""
             // next unit's in b[2], b[3]): the k pairs of several output
             // columns. int8: unit c's dims 16c + 2g + u (u = 0, 1) are column
             // g of output tile 2c + u; int4: dims 32c + 4g + u (u < 4) of tile
-            // 4c + u (see 5). int4 values are dequantized with their tokens'
-            // scales and zeros of group c.
+            // 4c + u (see 5). Values are dequantized with their tokens'
+            // scales (and zeros of group c).
+            const int pair = token0 + kt * 16 + 2 * tig;   // this lane's tokens: pair, + 1, + 8, + 9
             const unsigned char* value_row =
                 value_codes + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
             if constexpr (Format::AFFINE) {
-              const int pair = token0 + kt * 16 + 2 * tig;   // this lane's tokens: pair, + 1, + 8, + 9
               // Token t's scales (zeros): words j (groups 2j, 2j + 1) of row t.
               const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + CHUNK * SCALE_BYTES);
               const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
@@ -904,8 +842,10 @@ PARTIAL_SOURCE = r"""
                 }
               }
             } else {
-              // The weights carry the values' scales (3a), so the codes go to
-              // the mma as they are.
+              // Token t's scale: half scale_half[t % 2] of word t (see stage()).
+              const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
+              const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
+              const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
               #pragma unroll
               for (int c = 0; c < ROW_BYTES / 16; c += 2) {
                 uint32_t b[4];
@@ -914,10 +854,10 @@ PARTIAL_SOURCE = r"""
                 for (int h = 0; h < 2; ++h) {
                   const uint32_t lo = b[2 * h] ^ 0x80808080u, hi = b[2 * h + 1] ^ 0x80808080u;
                   const int tile = 2 * (c + h);
-                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(mlxcel::int8_pair<0x4240>(lo)),
-                                       mlxcel::as_word(mlxcel::int8_pair<0x4240>(hi)));
-                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(mlxcel::int8_pair<0x4341>(lo)),
-                                       mlxcel::as_word(mlxcel::int8_pair<0x4341>(hi)));
+                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
+                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)));
+                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
+                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh)));
                 }
               }
             }

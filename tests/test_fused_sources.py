@@ -723,26 +723,20 @@ def f16_fma(a, b, c) -> np.ndarray:
 
 
 def test_int8_pairs_convert_every_code_exactly():
-    # biased_int8_pair: the codes' bytes with their sign bits flipped, bytes
-    # placed under 0x64 by the selector, 1152 + code; int8_pair subtracts
-    # 0x6480 (1152). Every code in every byte of a word, by each selector the
-    # kernel uses, comes out exact both ways (the scores' codes stay biased).
-    biased = cuda.HEADER[cuda.HEADER.index("__half2 biased_int8_pair"):]
-    magic = int(re.search(r"__byte_perm\(flipped, 0x(\w+)u, SELECTOR\)", biased).group(1), 16)
-    unbiased = cuda.HEADER[cuda.HEADER.index("__half2 int8_pair"):]
-    bias = int(re.search(r"biased_int8_pair<SELECTOR>\(flipped\), as_half2\(0x(\w+)u\)", unbiased).group(1), 16)
-    bias = halves(np.array([bias], np.uint32))[0]
-    np.testing.assert_array_equal(bias, [1152, 1152])
+    # int8_pair: the codes' bytes with their sign bits flipped, bytes placed
+    # under 0x64 by the selector, minus 0x6480 (1152): every code in every
+    # byte of a word, by each selector the kernel uses, comes out exact.
+    source = cuda.HEADER[cuda.HEADER.index("__half2 int8_pair"):]
+    magic, bias = (int(x, 16) for x in re.search(r"0x(6464\w+)u, SELECTOR\)\), as_half2\(0x(\w+)u", source).groups())
     codes = np.arange(-128, 128)
     for selector, picked in ((0x4140, (0, 1)), (0x4342, (2, 3)), (0x4240, (0, 2)), (0x4341, (1, 3))):
         for shift in range(4):   # the code under test in byte `shift`, other bytes random-ish
             others = (0x5A3C_E17F ^ (0x01010101 * shift)) & ~np.uint32(0xFF << (8 * shift)) & 0xFFFFFFFF
             words = (np.uint32(others) | ((codes.astype(np.uint32) & 0xFF) << np.uint32(8 * shift))).astype(np.uint32)
             flipped = words ^ np.uint32(0x80808080)
-            got = halves(byte_perm(flipped, magic, selector))
+            got = halves(byte_perm(flipped, magic, selector)) - halves(np.array([bias], np.uint32))[0]
             expect = np.stack([((words >> np.uint32(8 * b)) & 0xFF).astype(np.uint8).view(np.int8) for b in picked], 1)
-            np.testing.assert_array_equal(got, expect.astype(np.float64) + 1152)
-            np.testing.assert_array_equal(got - bias, expect.astype(np.float64))
+            np.testing.assert_array_equal(got, expect.astype(np.float64))
 
 
 def test_nibble_pairs_convert_every_code_exactly():

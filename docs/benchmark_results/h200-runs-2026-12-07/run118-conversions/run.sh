@@ -1,17 +1,43 @@
-# Run 118: int8 flat's instructions a chunk (SASS of the loop, nvdisasm here: 683 -> 632): a quantized stage's
-# copies from a page and pass base (64-bit arithmetic a page and pass, not a copy); int8 values' scales carried by
-# the weights (a score takes its value scale's log2, the row sums count the weights without), so value codes go
-# to the mma unscaled; the scores' key codes biased by 1152 (no subtraction), each row's bias taken away with
-# the key's scale. ab.py: main's flat partial kernels beside the branch's, timed side by side.
-# main_cuda.py (main's kernels, not kept): `git show eea54cc:kernels/cuda.py > $D/main_cuda.py` here first.
+# Run 118: int8 flat's instructions a chunk (its loop's SASS read here with nvdisasm: 683 -> 632) against its time.
+# Three changes, each a patch on main's kernels/cuda.py (eea54cc): copies.patch (a quantized stage's copies from a
+# page and pass base: 64-bit arithmetic a page and pass, not a copy), vscale.patch (+ int8 values' scales carried
+# by the weights: a score takes its value scale's log2, the row sums count the weights without it, so value codes
+# reach the mma unscaled), kbias.patch (copies + the scores' key codes biased by 1152, each row's bias taken away
+# with the key's scale); the branch (bd59d6e) had all three. after_scores.patch, after_softmax.patch: main with a
+# chunk's refill issued after step 0's scores or softmax instead of before the step. None kept: every arm slower.
+# Made here first (not kept): git show eea54cc:kernels/cuda.py > $D/main_cuda.py, then for each patch P
+#   patch -s -o $D/P_cuda.py $D/main_cuda.py $D/P.patch
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
-#   run.sh check   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/,
-#                  then ab.py at 8192 x 32 and 32768 x 32 -> ab/
-# Then run 102's `kernel` and `kv` modes on the branch, same machine:
-#   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh kernel   (and: ... kv)
+#   run.sh check     (on the branch) the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN
+#                    poisoning -> tests/, then ab.py at 8192 x 32 and 32768 x 32 -> ab/
+#   run.sh variants  (on the branch) variants.py: main, each change, the branch, and main and the branch on
+#                    chunks of 128 tokens, int8 flat side by side -> variants/
+#   run.sh refill    variants.py: main against after_scores and after_softmax -> refill/
+#   run.sh sass      run 115's `sass` mode (ran on main: main_cuda.py copied over kernels/cuda.py) -> sass-main/
+# Ran on an H100 (out-h100/): check (161 passed), variants, sass. No H200 came.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run118-conversions
+case ${1:-check} in
+variants)
+  mkdir -p $OUT/variants
+  for v in main copies vscale kbias; do cp $D/${v}_cuda.py kernels/cuda_$v.py; done
+  sed 's/chunk_tokens=64/chunk_tokens=128/' $D/main_cuda.py > kernels/cuda_main128.py
+  sed 's/chunk_tokens=64/chunk_tokens=128/' kernels/cuda.py > kernels/cuda_branch128.py
+  MLXCEL_KERNELS=fused timeout 300 python3 $D/variants.py /tmp/var > $OUT/variants/variants.log 2>&1
+  echo "variants exit $? at $SECONDS s"; cp /tmp/var/* $OUT/variants/ 2>/dev/null; cat $OUT/variants/variants.md
+  grep "difference" $OUT/variants/variants.log; tail -2 $OUT/variants/variants.log | cut -c1-400 ;;
+refill)
+  mkdir -p $OUT/refill; cp $D/main_cuda.py kernels/cuda_main.py
+  for v in after_scores after_softmax; do cp $D/${v}_cuda.py kernels/cuda_$v.py; done
+  MLXCEL_KERNELS=fused timeout 300 python3 $D/variants.py /tmp/refill after_scores=cuda_after_scores \
+    after_softmax=cuda_after_softmax > $OUT/refill/variants.log 2>&1
+  echo "refill exit $? at $SECONDS s"; cp /tmp/refill/* $OUT/refill/ 2>/dev/null; cat $OUT/refill/variants.md
+  grep "difference" $OUT/refill/variants.log; tail -2 $OUT/refill/variants.log | cut -c1-400 ;;
+sass)
+  bash docs/benchmark_results/h200-runs-2026-12-07/run115-flat-stages/run.sh sass
+  gzip -f $OUT/sass/sass.csv ;;
+check)
 mkdir -p $OUT/tests $OUT/ab
 MLXCEL_POISON_OUTPUTS=nan timeout 330 python3 -m pytest -q -x tests/test_fused_kernels.py tests/test_quantized_kv.py \
   -k "int8 or int4 or quantized" > $OUT/tests/pytest.txt 2>&1
@@ -19,4 +45,5 @@ echo "tests exit $? at $SECONDS s"; tail -5 $OUT/tests/pytest.txt | cut -c1-300
 cp $D/main_cuda.py kernels/cuda_main.py
 MLXCEL_KERNELS=fused timeout 200 python3 $D/ab.py /tmp/ab > $OUT/ab/ab.log 2>&1
 echo "ab exit $? at $SECONDS s"; cp /tmp/ab/* $OUT/ab/ 2>/dev/null; cat $OUT/ab/ab.md
-grep "int8:" $OUT/ab/ab.log; tail -3 $OUT/ab/ab.log | cut -c1-400
+grep "int8:" $OUT/ab/ab.log; tail -3 $OUT/ab/ab.log | cut -c1-400 ;;
+esac
