@@ -14,6 +14,7 @@
 #                    chunks of 128 tokens, int8 flat side by side -> variants/
 #   run.sh refill    variants.py: main against after_scores and after_softmax -> refill/
 #   run.sh sass      run 115's `sass` mode (ran on main: main_cuda.py copied over kernels/cuda.py) -> sass-main/
+#                    (regions.py there: the loop's samples and instructions by region -> sass-main/regions.txt)
 # Ran on an H100 (out-h100/): check (161 passed), variants, sass. Not run: refill (no machine came again). No H200.
 set -u
 source benchmarks/device_env.sh || exit 1
