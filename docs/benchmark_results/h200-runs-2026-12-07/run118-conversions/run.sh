@@ -13,7 +13,7 @@
 #   run.sh variants  (on the branch) variants.py: main, each change, the branch, and main and the branch on
 #                    chunks of 128 tokens, int8 flat side by side -> variants/
 #   run.sh refill    variants.py: main against after_scores and after_softmax -> refill/
-#   run.sh sass      run 115's `sass` mode (ran on main: main_cuda.py copied over kernels/cuda.py) -> sass-main/
+#   run.sh sass      run 115's `sass` mode on main (main_cuda.py over kernels/cuda.py) -> sass/, kept as sass-main/
 #                    (regions.py there: the loop's samples and instructions by region -> sass-main/regions.txt)
 # Ran on an H100 (out-h100/): check (161 passed), variants, sass. Not run: refill (no machine came again). No H200.
 set -u
