@@ -4,7 +4,8 @@
 # by the weights: a score takes its value scale's log2, the row sums count the weights without it, so value codes
 # reach the mma unscaled), kbias.patch (copies + the scores' key codes biased by 1152, each row's bias taken away
 # with the key's scale); the branch (bd59d6e) had all three. after_scores.patch, after_softmax.patch: main with a
-# chunk's refill issued after step 0's scores or softmax instead of before the step. None kept: every arm slower.
+# chunk's refill issued after step 0's scores or softmax instead of before the step; chains.patch: main with the
+# int8 scores' k-steps summed in two mma chains (even and odd), not one. None kept: every arm read was slower.
 # Made here first (not kept): git show eea54cc:kernels/cuda.py > $D/main_cuda.py, then for each patch P
 #   patch -s -o $D/P_cuda.py $D/main_cuda.py $D/P.patch
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
@@ -12,10 +13,10 @@
 #                    poisoning -> tests/, then ab.py at 8192 x 32 and 32768 x 32 -> ab/
 #   run.sh variants  (on the branch) variants.py: main, each change, the branch, and main and the branch on
 #                    chunks of 128 tokens, int8 flat side by side -> variants/
-#   run.sh refill    variants.py: main against after_scores and after_softmax -> refill/
+#   run.sh refill    variants.py: main against after_scores, after_softmax and chains -> refill/
 #   run.sh sass      run 115's `sass` mode on main (main_cuda.py over kernels/cuda.py) -> sass/, kept as sass-main/
 #                    (regions.py there: the loop's samples and instructions by region -> sass-main/regions.txt)
-# Ran on an H100 (out-h100/): check (161 passed), variants, sass. Not run: refill (no machine came again). No H200.
+# Ran on an H100 (out-h100/): check (161 passed), variants, sass. Not run: refill (made; no machine came). No H200.
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run118-conversions
@@ -30,9 +31,9 @@ variants)
   grep "difference" $OUT/variants/variants.log; tail -2 $OUT/variants/variants.log | cut -c1-400 ;;
 refill)
   mkdir -p $OUT/refill; cp $D/main_cuda.py kernels/cuda_main.py
-  for v in after_scores after_softmax; do cp $D/${v}_cuda.py kernels/cuda_$v.py; done
+  for v in after_scores after_softmax chains; do cp $D/${v}_cuda.py kernels/cuda_$v.py; done
   MLXCEL_KERNELS=fused timeout 300 python3 $D/variants.py /tmp/refill after_scores=cuda_after_scores \
-    after_softmax=cuda_after_softmax > $OUT/refill/variants.log 2>&1
+    after_softmax=cuda_after_softmax chains=cuda_chains > $OUT/refill/variants.log 2>&1
   echo "refill exit $? at $SECONDS s"; cp /tmp/refill/* $OUT/refill/ 2>/dev/null; cat $OUT/refill/variants.md
   grep "difference" $OUT/refill/variants.log; tail -2 $OUT/refill/variants.log | cut -c1-400 ;;
 sass)
