@@ -277,32 +277,55 @@ __device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
   }
 }
 
-// A step of the online softmax (both partial kernels), this lane's rows g and
-// g + 8 of its warp's tile, log2 domain: from the step's maxima, the rows'
-// exponent base (row_max) moves only when a row's scores outgrow it by 2^8,
-// for the whole warp at once: weights stay <= 2^8, far from float32's range,
-// and most steps skip rescaling the accumulators (FlashAttention-4's
-// conditional rescale). Returns whether it moved; then the row sums are
-// rescaled and alpha holds the factor the caller's accumulators take.
+// A step of the online softmax (both partial kernels), this lane's two rows
+// (a row: one query head, whose other scores lanes LOW..HIGH apart hold: 1..2
+// where heads are the mma's rows, 4..16 where they are its columns), log2
+// domain: from the step's maxima, the rows' exponent base (row_max) moves
+// only when a row's scores outgrow it by 2^8, for the whole warp at once:
+// weights stay <= 2^8, far from float32's range, and most steps skip
+// rescaling the accumulators (FlashAttention-4's conditional rescale).
+// Returns whether it moved; then the row sums are rescaled and alpha holds
+// the factor the caller's accumulators take. A row over 8 lanes is checked
+// on each lane's own scores (a lane's outgrowing the base is its row's), its
+// maxima gathered only when it moves: most steps skip its 3 shuffles, and the
+// transposed kernel takes 96 registers, not 98 (five blocks an SM, not four).
+// A row over 4 lanes is gathered first: checked on its own, the float
+// kernel's two-tile layout takes one register more than three blocks allow.
+template <int LOW = 1, int HIGH = 2>
 __device__ __forceinline__ bool rebase(const float (&step_max)[2], float (&row_max)[2], float (&row_sum)[2],
                                        float (&alpha)[2]) {
   constexpr float SLACK = 8.f;                      // log2 units
+  constexpr bool GATHER_FIRST = HIGH / LOW < 4;
+  auto gathered = [](float x) {
+    #pragma unroll
+    for (int mask = LOW; mask <= HIGH; mask *= 2) x = lane_max(x, mask);
+    return x;
+  };
   float top[2];
   bool grow = false;
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    top[r] = lane_max(lane_max(step_max[r], 1), 2);
-    grow |= top[r] > row_max[r] + SLACK;
+    if constexpr (GATHER_FIRST) top[r] = gathered(step_max[r]);
+    grow |= (GATHER_FIRST ? top[r] : step_max[r]) > row_max[r] + SLACK;
   }
   if (!__any_sync(0xffffffffu, grow)) return false;
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    if constexpr (!GATHER_FIRST) top[r] = gathered(step_max[r]);
     const float moved = fmaxf(row_max[r], top[r]);
     alpha[r] = moved == -infinity() ? 1.f : fast_exp2(row_max[r] - moved);
     row_max[r] = moved;
     row_sum[r] *= alpha[r];
   }
   return true;
+}
+
+// An 8x8 matrix of 16-bit elements, held as an mma fragment's word (lane l:
+// row l / 4, columns 2 (l % 4) and + 1), transposed across the warp.
+__device__ __forceinline__ uint32_t transposed(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // A quantized stage's scales after its K and V code rows: per token its K
@@ -573,6 +596,14 @@ PARTIAL_SOURCE = r"""
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
   constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
   constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
+  // HEADS_ON_N (int8 pages, at most 8 heads a block, the host's choice): the
+  // products transposed, S^T = K Q^T and O^T = V^T P^T, so a KV head's few
+  // query heads are an n8 tile's columns, not 4 of an m16 tile's 16 rows:
+  // half the mma's, half the softmax a lane, half the accumulators.
+  constexpr int MT = STEP / 16;                     // HEADS_ON_N: score tiles (16 tokens) per step
+  constexpr int TILE_HEADS = HEADS_ON_N ? 8 : 16;   // a warp's heads
+  static_assert(!HEADS_ON_N || (QUANTIZED && !Format::AFFINE && WM == 1 && STEP % 16 == 0),
+                "int8 pages, one warp across the heads, whole m16 tiles");
   constexpr int DK = D / 16;                        // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
   constexpr int STRIDE = D + 8;                     // padded shared row: conflict-free ldmatrix
@@ -614,14 +645,16 @@ PARTIAL_SOURCE = r"""
   T* staged = reinterpret_cast<T*>(mlxcel_shared);   // [STAGES][K, V][CHUNK][STRIDE]
 
   // ---- 1. Q fragments (A operand, rows g and g+8, cols tig*2 and tig*2+8) ----
+  // HEADS_ON_N: the B operand, Q^T (k rows tig*2 and tig*2+8, column g), in
+  // qf[kk][0..1].
   uint32_t qf[DK][4];
   #pragma unroll
   for (int kk = 0; kk < DK; ++kk) {
     #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < (HEADS_ON_N ? 2 : 4); ++r) {
       // Every lane loads (a real head's address), rows past the heads become
       // zeros: no branch, so all the loads are in flight together.
-      const int head = head0 + g + 8 * (r & 1);
+      const int head = HEADS_ON_N ? head0 + g : head0 + g + 8 * (r & 1);
       const int real = min(head, heads - 1);
       // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
       // codes reach the mma in another k order (a dot product's terms can be
@@ -630,7 +663,7 @@ PARTIAL_SOURCE = r"""
       // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
       const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
                     : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
-                                     : kk * 16 + 4 * tig + 2 * (r >> 1);
+                    : HEADS_ON_N ? kk * 16 + 4 * tig + 2 * r : kk * 16 + 4 * tig + 2 * (r >> 1);
       const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
       const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
@@ -661,10 +694,12 @@ PARTIAL_SOURCE = r"""
   // parity, (token * kv_heads + kv_head) % 2 (pages of an even token count).
   const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};   // even, odd tokens
 
-  float acc[DT][4];
+  constexpr int ACC_TILES = HEADS_ON_N ? D / 16 : DT;   // HEADS_ON_N: O^T's m16 tiles of dims
+  float acc[ACC_TILES][4];
   #pragma unroll
-  for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-  float row_max[2] = {neg_inf, neg_inf};                 // rows g, g+8; log2 domain
+  for (int dt = 0; dt < ACC_TILES; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  // Rows g, g+8 (HEADS_ON_N: heads 2 tig, 2 tig + 1); log2 domain.
+  float row_max[2] = {neg_inf, neg_inf};
   float row_sum[2] = {0.f, 0.f};                   // this lane's share until the final reduction
 
   // A ring of STAGES chunks, STAGES - 1 of them in flight while one is read.
@@ -690,6 +725,108 @@ PARTIAL_SOURCE = r"""
       #pragma unroll
       for (int step = 0; step < WARP_TOKENS / STEP; ++step) {
         const int token0 = warp_t * WARP_TOKENS + step * STEP;
+        const int slot0 = chunk * CHUNK + token0;
+        if constexpr (HEADS_ON_N) {
+          // 3a, 4 and 3b transposed (HEADS_ON_N).
+          // S^T = K Q^T: ldmatrix over code rows as 3a's, its four matrices
+          // tokens 0..7 and 8..15 of units m and m + 1, gives lane (g, tig)
+          // codes 4 tig..4 tig + 3 of tokens g and g + 8 in unit m: the A
+          // operand's k pairs in 3a's k order, q's B operand matching. Two
+          // chains of k-steps (even, odd) for two mma's in flight.
+          float st[MT][4];          // tokens g, g + 8 (of the tile) x heads 2 tig, 2 tig + 1
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            float chain[2][4] = {};
+            const int tile0 = token0 + mt * 16;
+            const unsigned char* key_row =
+                key_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+            #pragma unroll
+            for (int m = 0; m < DK; m += 2) {
+              uint32_t w[4];
+              mlxcel::load_matrices(w, key_row + m * 16);
+              #pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const uint32_t lo = w[2 * i] ^ 0x80808080u, hi = w[2 * i + 1] ^ 0x80808080u;
+                const uint32_t a[4] = {
+                    mlxcel::as_word(mlxcel::int8_pair<0x4140>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4140>(hi)),
+                    mlxcel::as_word(mlxcel::int8_pair<0x4342>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4342>(hi))};
+                mlxcel::Mma<TM>::run(chain[i], a, qf[m + i][0], qf[m + i][1]);
+              }
+            }
+            // Tokens g and g + 8 share a parity: scale_half's choice for both.
+            const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + scale_half[g & 1];
+            const float low = __half2float(key_scales[2 * (tile0 + g)]);
+            const float high = __half2float(key_scales[2 * (tile0 + g + 8)]);
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) st[mt][c] = (chain[0][c] + chain[1][c]) * (c < 2 ? low : high);
+          }
+          if (slot0 < first_slot || slot0 + STEP > end_slot) {
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              #pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const int slot = slot0 + mt * 16 + g + 8 * (c >> 1);
+                if (slot < first_slot || slot >= end_slot) st[mt][c] = neg_inf;
+              }
+            }
+          }
+          float step_max[2] = {neg_inf, neg_inf};
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) step_max[c & 1] = fmaxf(step_max[c & 1], st[mt][c]);
+          }
+          float alpha[2];
+          if (mlxcel::rebase<4, 16>(step_max, row_max, row_sum, alpha)) {
+            #pragma unroll
+            for (int u = 0; u < ACC_TILES; ++u) {
+              acc[u][0] *= alpha[0]; acc[u][1] *= alpha[1];
+              acc[u][2] *= alpha[0]; acc[u][3] *= alpha[1];
+            }
+          }
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float base = row_max[c & 1] == neg_inf ? 0.f : row_max[c & 1];
+              st[mt][c] = mlxcel::fast_exp2(st[mt][c] - base);
+              row_sum[c & 1] += st[mt][c];
+            }
+          }
+          // O^T += V^T P^T: P^T's B operand is this lane's weights, packed
+          // (rows: tokens g, g + 8; columns: heads), each 8x8 transposed. V^T's
+          // A operand from ldmatrix.trans as 3b's: unit c's dims 16 c + 2 g
+          // and + 1 are rows g and g + 8 of tile c (see 5), tokens 2 tig, + 1
+          // (+ 8, + 9) its k pairs, dequantized with their tokens' scales.
+          #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const int tile0 = token0 + mt * 16;
+            const uint32_t b0 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][0], st[mt][1]));
+            const uint32_t b1 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][2], st[mt][3]));
+            const int pair = tile0 + 2 * tig;
+            const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
+            const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
+            const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
+            const unsigned char* value_row =
+                value_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+            #pragma unroll
+            for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+              uint32_t w[4];
+              mlxcel::load_matrices_transposed(w, value_row + c * 16);
+              #pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const uint32_t lo = w[2 * h] ^ 0x80808080u, hi = w[2 * h + 1] ^ 0x80808080u;
+                const uint32_t a[4] = {
+                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
+                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
+                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)),
+                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh))};
+                mlxcel::Mma<TM>::run(acc[c + h], a, b0, b1);
+              }
+            }
+          }
+          continue;
+        }
 
         // ---- 3a. scores ----
         float s[NT][4];
@@ -756,7 +893,6 @@ PARTIAL_SOURCE = r"""
         }
 
         // ---- 4. mask and online softmax ----
-        const int slot0 = chunk * CHUNK + token0;
         if (slot0 < first_slot || slot0 + STEP > end_slot) {   // only a step at the row's ends (warp-uniform)
           #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
@@ -882,7 +1018,21 @@ PARTIAL_SOURCE = r"""
   float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][16][D]
   float* warp_max = warp_acc + WARPS * 16 * D;                  // [WARPS][16]
   float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
-  if (active) {
+  if (active && HEADS_ON_N) {   // heads 2 tig, 2 tig + 1; tile u's rows g, g + 8: dims 16 u + 2 g, + 1
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      row_sum[j] = mlxcel::lane_sum(mlxcel::lane_sum(mlxcel::lane_sum(row_sum[j], 4), 8), 16);
+      if (g == 0) {
+        warp_max[warp * 16 + 2 * tig + j] = row_max[j];
+        warp_sum[warp * 16 + 2 * tig + j] = row_sum[j];
+      }
+      #pragma unroll
+      for (int u = 0; u < ACC_TILES; ++u) {
+        *reinterpret_cast<float2*>(warp_acc + (warp * 16 + 2 * tig + j) * D + 16 * u + 2 * g) =
+            make_float2(acc[u][j], acc[u][2 + j]);
+      }
+    }
+  } else if (active) {
     #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = mlxcel::lane_sum(mlxcel::lane_sum(row_sum[r], 1), 2);
     if (tig == 0) {
@@ -909,8 +1059,8 @@ PARTIAL_SOURCE = r"""
   // Per row: the split warps' weights, each divided by the row's total once,
   // and the row's lse; then the rows' D floats, four at a time.
   float* split_scale = warp_sum + WARPS * 16;                   // [WARPS][16]
-  for (int i = threadIdx.x; i < WM * 16; i += THREADS) {
-    const int wm = i / 16, r = i % 16;
+  for (int i = threadIdx.x; i < WM * TILE_HEADS; i += THREADS) {
+    const int wm = i / TILE_HEADS, r = i % TILE_HEADS;
     float top = neg_inf;
     #pragma unroll
     for (int j = 0; j < SPLIT; ++j) top = fmaxf(top, warp_max[(j * WM + wm) * 16 + r]);
@@ -1032,7 +1182,7 @@ CASCADE_MERGE_SOURCE = r"""
 # MERGE_DEPTHS > 0: a cascade's private level of one tile a row, its output
 # folded with the levels' states o0..o3 (the cascade merge's inputs) into merged.
 PARTIAL_SIGNATURE = (
-    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,"
+    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK, int STAGES,"
     " int SCALE_BITS, int MERGE_DEPTHS, bool MEMBER_IS_ROW, typename TO, typename S>\n__device__ __forceinline__"
     " void partial(const TQ* q, const S& q_shape,"
     " const T* k_pool, const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales,"
@@ -1054,13 +1204,13 @@ CASCADE_MERGE_SIGNATURE = (
     " TO* out)")
 # The partial kernel writing states (no merge), as the launches call it.
 PARTIAL_STATES = r"""namespace mlxcel {
-template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, int WARPS, int CHUNK, int STAGES,
+template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK, int STAGES,
           int SCALE_BITS, typename S>
 __device__ __forceinline__ void partial_states(const TQ* q, const S& q_shape, const T* k_pool, const S& k_pool_shape,
     const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros, const __half* v_zeros,
     const int32_t* indices, const int32_t* last_page_len, const int32_t* tiles, const int32_t* members,
     const S& members_shape, float* out, float* out_lse) {
-  partial<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS, 0, false, float>(
+  partial<T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS, 0, false, float>(
       q, q_shape, k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, tiles,
       members, members_shape, out, out_lse, nullptr, q_shape, nullptr, nullptr, q_shape, nullptr, nullptr, q_shape,
       nullptr, nullptr, q_shape, nullptr, nullptr, static_cast<float*>(nullptr));
@@ -1073,15 +1223,15 @@ LIBRARY = HEADER + WARPGROUP_HEADER + "".join(
                             (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE),
                             (WARPGROUP_PARTIAL_SIGNATURE, WARPGROUP_PARTIAL_SOURCE))) + PARTIAL_STATES
 
-PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
+PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
                 "k_pool, k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, "
                 "members, members_shape, out, out_lse);")
 # Quantized pages: the codes as k_pool / v_pool, their scales and zeros (int8: a placeholder) beside them.
-QUANTIZED_PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
+QUANTIZED_PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
                           "q_shape, k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, "
                           "last_page_len, tiles, members, members_shape, out, out_lse);")
 MERGED = "o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, o3_shape, lse3, level_map, out"
-MERGED_TEMPLATE = "T, TQ, D, BLOCK, WM, false, WARPS, CHUNK, STAGES, SCALE_BITS, DEPTHS, MEMBER_IS_ROW, TO"
+MERGED_TEMPLATE = "T, TQ, D, BLOCK, WM, false, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS, DEPTHS, MEMBER_IS_ROW, TO"
 # A cascade's private level with its merge (MERGE_DEPTHS levels), float and quantized pages.
 MERGED_PARTIAL_CALL = (f"mlxcel::partial<{MERGED_TEMPLATE}>(q, q_shape, k_pool, k_pool_shape, v_pool, nullptr, "
                        "nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, members_shape, nullptr, "

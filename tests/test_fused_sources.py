@@ -54,8 +54,9 @@ CODE_DTYPES = {"int8": "int8", "int4": "uint8"}
 
 
 def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, block_size: int = 32,
-                 q_dtype: str = "float32", stages: int | None = None) -> str:
-    """The partial kernel's unit for a float pool (its dtype's name) or a quantized one ("int8", "int4")."""
+                 q_dtype: str = "float32", stages: int | None = None, heads_on_n: bool = False) -> str:
+    """The partial kernel's unit for a float pool (its dtype's name) or a quantized one ("int8", "int4");
+    ``heads_on_n``: int8 pages' transposed products (at most 8 heads a block)."""
     p = cuda.KERNELS.platform
     element = CODE_DTYPES.get(pool, pool)
     names = fused.QUANTIZED_PARTIAL_INPUTS if pool in CODE_DTYPES else fused.PARTIAL_INPUTS
@@ -65,7 +66,7 @@ def partial_unit(pool: str, head_dim: int, warps_m: int, stacked: bool = False, 
         [(name, dtypes.get(name, "float16" if name.endswith(("scales", "zeros")) else "int32")) for name in names],
         [("out", "float32"), ("out_lse", "float32")],
         [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", block_size), ("WM", warps_m),
-         ("STACKED", stacked), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
+         ("STACKED", stacked), ("HEADS_ON_N", heads_on_n), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens),
          ("STAGES", stages or p.stages), ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
@@ -120,7 +121,7 @@ def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: i
         [(name, dtypes.get(name, "float16" if name.endswith(("scales", "zeros")) else "int32")) for name in names],
         [("out", "float32"), ("out_lse", "float32")],
         [("T", element), ("TQ", q_dtype), ("D", head_dim), ("BLOCK", 32), ("WM", warps), ("STACKED", True),
-         ("WARPS", warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
+         ("HEADS_ON_N", False), ("WARPS", warps), ("CHUNK", p.chunk_tokens), ("STAGES", stages),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5))])
 
 
@@ -162,7 +163,8 @@ def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim, full)
 
 
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
-    """The private level's unit that merges ``depths`` levels (q and the output bf16)."""
+    """The private level's unit that merges ``depths`` levels (q and the output bf16; int8 pages' products
+    transposed, as the host launches them for 8 heads or fewer a block)."""
     p = cuda.KERNELS.platform
     quantized = pool in CODE_DTYPES
     element = CODE_DTYPES.get(pool, pool)
@@ -174,7 +176,7 @@ def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> s
         [(n, dtypes.get(n, "float16" if n.endswith(("scales", "zeros")) else "float32")) for n in names],
         [("out", "bfloat16")],
         [("T", element), ("TQ", "bfloat16"), ("D", head_dim), ("BLOCK", 32), ("WM", 1), ("STACKED", False),
-         ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", p.stages),
+         ("HEADS_ON_N", pool == "int8"), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", p.stages),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("DEPTHS", depths), ("MEMBER_IS_ROW", member_is_row),
          ("TO", "bfloat16")])
 
