@@ -108,6 +108,22 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
     assert cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8 if pool == "int8" else INT4) <= 227 * 1024 // 3
 
 
+@needs_nvcc
+@pytest.mark.parametrize("head_dim, block_size, q_dtype", [(128, 32, "bfloat16"), (128, 32, "float32"),
+                                                            (64, 32, "float16")])
+def test_transposed_int8_kernel_fits_five_blocks_per_sm(tmp_path, head_dim, block_size, q_dtype):
+    # int8 pages under at most 8 heads a block (HEADS_ON_N): the heads an n8
+    # tile's columns hold a quarter of the accumulators and half of q's
+    # fragments the m16 layout does, so five blocks fit an SM by registers
+    # (96 a lane at most) and by staging memory, without spills, at the
+    # engine's pages of 32 (pages of 16 take 98: four blocks).
+    unit = partial_unit("int8", head_dim, 1, block_size=block_size, q_dtype=q_dtype, heads_on_n=True)
+    registers, spills = resources(compile_unit(unit, tmp_path, "sm_90a"))
+    assert spills == 0
+    assert 5 * block_registers(registers) <= 65536
+    assert 5 * cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8) <= 227 * 1024
+
+
 def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: int) -> str:
     """The warpgroup kernel's unit for a float pool (its dtype's name) or int8 pages."""
     p = cuda.KERNELS.platform
