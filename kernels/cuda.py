@@ -825,186 +825,190 @@ PARTIAL_SOURCE = r"""
               }
             }
           }
-          continue;
-        }
-
-        // ---- 3a. scores ----
-        float s[NT][4];
-        if constexpr (QUANTIZED) {
-          // ldmatrix over code rows gives lane (g, tig), from each 16-byte
-          // unit m of token row g, its bytes 4 tig..4 tig + 3. int8: unit m
-          // is k-step m, the 4 codes its pairs (b0, b1), exact; the token's
-          // scale then multiplies its scores. int4: unit m is group m's 32
-          // dims, the 8 codes two k-steps' pairs, dequantized with the
-          // token's scale and zero of the group.
-          constexpr int UNITS = ROW_BYTES / 16;
-          constexpr int LOAD = UNITS < 4 ? UNITS : 4;
-          #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-            const int token = token0 + nt * 8;
-            const unsigned char* key_row = key_codes + (token + (lane & 7)) * CODE_STRIDE + (lane >> 3) * 16;
-            #pragma unroll
-            for (int m0 = 0; m0 < UNITS; m0 += LOAD) {
-              uint32_t w[LOAD];
-              mlxcel::load_matrices(w, key_row + m0 * 16);
-              #pragma unroll
-              for (int i = 0; i < LOAD; ++i) {
-                const int m = m0 + i;
-                if constexpr (Format::AFFINE) {
-                  // Scales and zeros of token + g, groups 2j and 2j + 1 in word j.
-                  const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + (token + g) * SCALE_BYTES);
-                  const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
-                  const __half2 sc = m & 1 ? __high2half2(mlxcel::as_half2(scales_of[m / 2]))
-                                           : __low2half2(mlxcel::as_half2(scales_of[m / 2]));
-                  const __half2 zero = m & 1 ? __high2half2(mlxcel::as_half2(zeros_of[m / 2]))
-                                             : __low2half2(mlxcel::as_half2(zeros_of[m / 2]));
-                  __half2 c[4];
-                  mlxcel::nibble_pairs(w[i], c);
-                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m], mlxcel::as_word(__hfma2(c[0], sc, zero)),
-                                       mlxcel::as_word(__hfma2(c[1], sc, zero)));
-                  mlxcel::Mma<TM>::run(s[nt], qf[2 * m + 1], mlxcel::as_word(__hfma2(c[2], sc, zero)),
-                                       mlxcel::as_word(__hfma2(c[3], sc, zero)));
-                } else {
-                  const uint32_t flipped = w[i] ^ 0x80808080u;
-                  mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::int8_pair<0x4140>(flipped)),
-                                       mlxcel::as_word(mlxcel::int8_pair<0x4342>(flipped)));
-                }
-              }
-            }
-            if constexpr (!Format::AFFINE) {   // this lane's columns: tokens token + 2 tig (c even) and + 1
-              const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + 2 * (token + 2 * tig);
-              const float even = __half2float(key_scales[scale_half[0]]), odd = __half2float(key_scales[2 + scale_half[1]]);
-              s[nt][0] *= even; s[nt][1] *= odd; s[nt][2] *= even; s[nt][3] *= odd;
-            }
-          }
         } else {
-          #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-            #pragma unroll
-            for (int kk = 0; kk < DK; kk += 2) {
-              uint32_t b[4];
-              mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
-              mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
-              mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
-            }
-          }
-        }
 
-        // ---- 4. mask and online softmax ----
-        if (slot0 < first_slot || slot0 + STEP > end_slot) {   // only a step at the row's ends (warp-uniform)
-          #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
-              if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
-            }
-          }
-        }
-        float step_max[2] = {neg_inf, neg_inf};
-        #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          #pragma unroll
-          for (int c = 0; c < 4; ++c) step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
-        }
-        float alpha[2];
-        if (mlxcel::rebase(step_max, row_max, row_sum, alpha)) {
-          #pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
-            acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
-          }
-        }
-        #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float base = row_max[c >> 1] == neg_inf ? 0.f : row_max[c >> 1];   // nothing valid yet: exp2 -> 0
-            s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base);
-            row_sum[c >> 1] += s[nt][c];
-          }
-        }
-
-        // ---- 3b. O += P V ----
-        #pragma unroll
-        for (int kt = 0; kt < NT / 2; ++kt) {
-          const uint32_t a[4] = {
-              mlxcel::Mma<TM>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<TM>::pack(s[2 * kt][2], s[2 * kt][3]),
-              mlxcel::Mma<TM>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-              mlxcel::Mma<TM>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+          // ---- 3a. scores ----
+          float s[NT][4];
           if constexpr (QUANTIZED) {
-            // ldmatrix.trans over code rows gives lane (g, tig), from each
-            // 16-byte unit of the 16 tokens, the bytes 2g and 2g + 1 of tokens
-            // 2 tig and 2 tig + 1 (b[0]; of tokens + 8 and + 9 in b[1]; the
-            // next unit's in b[2], b[3]): the k pairs of several output
-            // columns. int8: unit c's dims 16c + 2g + u (u = 0, 1) are column
-            // g of output tile 2c + u; int4: dims 32c + 4g + u (u < 4) of tile
-            // 4c + u (see 5). Values are dequantized with their tokens'
-            // scales (and zeros of group c).
-            const int pair = token0 + kt * 16 + 2 * tig;   // this lane's tokens: pair, + 1, + 8, + 9
-            const unsigned char* value_row =
-                value_codes + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
-            if constexpr (Format::AFFINE) {
-              // Token t's scales (zeros): words j (groups 2j, 2j + 1) of row t.
-              const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + CHUNK * SCALE_BYTES);
-              const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
-              constexpr int WORDS = SCALE_BYTES / 4;
+            // ldmatrix over code rows gives lane (g, tig), from each 16-byte
+            // unit m of token row g, its bytes 4 tig..4 tig + 3. int8: unit m
+            // is k-step m, the 4 codes its pairs (b0, b1), exact; the token's
+            // scale then multiplies its scores. int4: unit m is group m's 32
+            // dims, the 8 codes two k-steps' pairs, dequantized with the
+            // token's scale and zero of the group.
+            constexpr int UNITS = ROW_BYTES / 16;
+            constexpr int LOAD = UNITS < 4 ? UNITS : 4;
+            #pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+              const int token = token0 + nt * 8;
+              const unsigned char* key_row = key_codes + (token + (lane & 7)) * CODE_STRIDE + (lane >> 3) * 16;
               #pragma unroll
-              for (int c = 0; c < ROW_BYTES / 16; c += 2) {
-                uint32_t b[4];
-                mlxcel::load_matrices_transposed(b, value_row + c * 16);
+              for (int m0 = 0; m0 < UNITS; m0 += LOAD) {
+                uint32_t w[LOAD];
+                mlxcel::load_matrices(w, key_row + m0 * 16);
                 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  // Group c + h's scales and zeros of (pair, pair + 1) and (pair + 8, pair + 9).
-                  const int group_of = c + h;
-                  const __half* sc = reinterpret_cast<const __half*>(scales_of) + group_of;
-                  const __half* zr = reinterpret_cast<const __half*>(zeros_of) + group_of;
-                  constexpr int ROW = 2 * WORDS;   // halves per token row
-                  const __half2 sl = __halves2half2(sc[pair * ROW], sc[(pair + 1) * ROW]);
-                  const __half2 sh = __halves2half2(sc[(pair + 8) * ROW], sc[(pair + 9) * ROW]);
-                  const __half2 zl = __halves2half2(zr[pair * ROW], zr[(pair + 1) * ROW]);
-                  const __half2 zh = __halves2half2(zr[(pair + 8) * ROW], zr[(pair + 9) * ROW]);
-                  const int tile = 4 * (c + h);
-                  __half2 lo[4], hi[4];
-                  mlxcel::nibble_pairs(b[2 * h], lo);
-                  mlxcel::nibble_pairs(b[2 * h + 1], hi);
-                  #pragma unroll
-                  for (int u = 0; u < 4; ++u) {
-                    mlxcel::Mma<TM>::run(acc[tile + u], a, mlxcel::as_word(__hfma2(lo[u], sl, zl)),
-                                         mlxcel::as_word(__hfma2(hi[u], sh, zh)));
+                for (int i = 0; i < LOAD; ++i) {
+                  const int m = m0 + i;
+                  if constexpr (Format::AFFINE) {
+                    // Scales and zeros of token + g, groups 2j and 2j + 1 in word j.
+                    const uint32_t* scales_of =
+                        reinterpret_cast<const uint32_t*>(scale_rows + (token + g) * SCALE_BYTES);
+                    const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
+                    const __half2 sc = m & 1 ? __high2half2(mlxcel::as_half2(scales_of[m / 2]))
+                                             : __low2half2(mlxcel::as_half2(scales_of[m / 2]));
+                    const __half2 zero = m & 1 ? __high2half2(mlxcel::as_half2(zeros_of[m / 2]))
+                                               : __low2half2(mlxcel::as_half2(zeros_of[m / 2]));
+                    __half2 c[4];
+                    mlxcel::nibble_pairs(w[i], c);
+                    mlxcel::Mma<TM>::run(s[nt], qf[2 * m], mlxcel::as_word(__hfma2(c[0], sc, zero)),
+                                         mlxcel::as_word(__hfma2(c[1], sc, zero)));
+                    mlxcel::Mma<TM>::run(s[nt], qf[2 * m + 1], mlxcel::as_word(__hfma2(c[2], sc, zero)),
+                                         mlxcel::as_word(__hfma2(c[3], sc, zero)));
+                  } else {
+                    const uint32_t flipped = w[i] ^ 0x80808080u;
+                    mlxcel::Mma<TM>::run(s[nt], qf[m], mlxcel::as_word(mlxcel::int8_pair<0x4140>(flipped)),
+                                         mlxcel::as_word(mlxcel::int8_pair<0x4342>(flipped)));
                   }
                 }
               }
-            } else {
-              // Token t's scale: half scale_half[t % 2] of word t (see stage()).
-              const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
-              const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
-              const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
-              #pragma unroll
-              for (int c = 0; c < ROW_BYTES / 16; c += 2) {
-                uint32_t b[4];
-                mlxcel::load_matrices_transposed(b, value_row + c * 16);
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  const uint32_t lo = b[2 * h] ^ 0x80808080u, hi = b[2 * h + 1] ^ 0x80808080u;
-                  const int tile = 2 * (c + h);
-                  mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
-                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)));
-                  mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
-                                       mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh)));
-                }
+              if constexpr (!Format::AFFINE) {   // this lane's columns: tokens token + 2 tig (c even) and + 1
+                const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + 2 * (token + 2 * tig);
+                const float even = __half2float(key_scales[scale_half[0]]);
+                const float odd = __half2float(key_scales[2 + scale_half[1]]);
+                s[nt][0] *= even; s[nt][1] *= odd; s[nt][2] *= even; s[nt][3] *= odd;
               }
             }
           } else {
             #pragma unroll
-            for (int dt = 0; dt < DT; dt += 2) {
-              uint32_t b[4];
-              mlxcel::load_matrices_transposed(
-                  b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 + (lane >> 4) * 8);
-              mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
-              mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+            for (int nt = 0; nt < NT; ++nt) {
+              s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+              #pragma unroll
+              for (int kk = 0; kk < DK; kk += 2) {
+                uint32_t b[4];
+                mlxcel::load_matrices(b, keys + (token0 + nt * 8 + (lane & 7)) * STRIDE + kk * 16 + (lane >> 3) * 8);
+                mlxcel::Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+                mlxcel::Mma<T>::run(s[nt], qf[kk + 1], b[2], b[3]);
+              }
+            }
+          }
+
+          // ---- 4. mask and online softmax ----
+          if (slot0 < first_slot || slot0 + STEP > end_slot) {   // only a step at the row's ends (warp-uniform)
+            #pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              #pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const int slot = slot0 + nt * 8 + tig * 2 + (c & 1);
+                if (slot < first_slot || slot >= end_slot) s[nt][c] = neg_inf;
+              }
+            }
+          }
+          float step_max[2] = {neg_inf, neg_inf};
+          #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) step_max[c >> 1] = fmaxf(step_max[c >> 1], s[nt][c]);
+          }
+          float alpha[2];
+          if (mlxcel::rebase(step_max, row_max, row_sum, alpha)) {
+            #pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+              acc[dt][0] *= alpha[0]; acc[dt][1] *= alpha[0];
+              acc[dt][2] *= alpha[1]; acc[dt][3] *= alpha[1];
+            }
+          }
+          #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            #pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float base = row_max[c >> 1] == neg_inf ? 0.f : row_max[c >> 1];   // nothing valid yet: exp2 -> 0
+              s[nt][c] = mlxcel::fast_exp2(s[nt][c] - base);
+              row_sum[c >> 1] += s[nt][c];
+            }
+          }
+
+          // ---- 3b. O += P V ----
+          #pragma unroll
+          for (int kt = 0; kt < NT / 2; ++kt) {
+            const uint32_t a[4] = {
+                mlxcel::Mma<TM>::pack(s[2 * kt][0], s[2 * kt][1]), mlxcel::Mma<TM>::pack(s[2 * kt][2], s[2 * kt][3]),
+                mlxcel::Mma<TM>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                mlxcel::Mma<TM>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+            if constexpr (QUANTIZED) {
+              // ldmatrix.trans over code rows gives lane (g, tig), from each
+              // 16-byte unit of the 16 tokens, the bytes 2g and 2g + 1 of tokens
+              // 2 tig and 2 tig + 1 (b[0]; of tokens + 8 and + 9 in b[1]; the
+              // next unit's in b[2], b[3]): the k pairs of several output
+              // columns. int8: unit c's dims 16c + 2g + u (u = 0, 1) are column
+              // g of output tile 2c + u; int4: dims 32c + 4g + u (u < 4) of tile
+              // 4c + u (see 5). Values are dequantized with their tokens'
+              // scales (and zeros of group c).
+              const int pair = token0 + kt * 16 + 2 * tig;   // this lane's tokens: pair, + 1, + 8, + 9
+              const unsigned char* value_row =
+                  value_codes + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE +
+                  (lane >> 4) * 16;
+              if constexpr (Format::AFFINE) {
+                // Token t's scales (zeros): words j (groups 2j, 2j + 1) of row t.
+                const uint32_t* scales_of = reinterpret_cast<const uint32_t*>(scale_rows + CHUNK * SCALE_BYTES);
+                const uint32_t* zeros_of = scales_of + 2 * CHUNK * SCALE_BYTES / 4;
+                constexpr int WORDS = SCALE_BYTES / 4;
+                #pragma unroll
+                for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+                  uint32_t b[4];
+                  mlxcel::load_matrices_transposed(b, value_row + c * 16);
+                  #pragma unroll
+                  for (int h = 0; h < 2; ++h) {
+                    // Group c + h's scales and zeros of (pair, pair + 1) and (pair + 8, pair + 9).
+                    const int group_of = c + h;
+                    const __half* sc = reinterpret_cast<const __half*>(scales_of) + group_of;
+                    const __half* zr = reinterpret_cast<const __half*>(zeros_of) + group_of;
+                    constexpr int ROW = 2 * WORDS;   // halves per token row
+                    const __half2 sl = __halves2half2(sc[pair * ROW], sc[(pair + 1) * ROW]);
+                    const __half2 sh = __halves2half2(sc[(pair + 8) * ROW], sc[(pair + 9) * ROW]);
+                    const __half2 zl = __halves2half2(zr[pair * ROW], zr[(pair + 1) * ROW]);
+                    const __half2 zh = __halves2half2(zr[(pair + 8) * ROW], zr[(pair + 9) * ROW]);
+                    const int tile = 4 * (c + h);
+                    __half2 lo[4], hi[4];
+                    mlxcel::nibble_pairs(b[2 * h], lo);
+                    mlxcel::nibble_pairs(b[2 * h + 1], hi);
+                    #pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                      mlxcel::Mma<TM>::run(acc[tile + u], a, mlxcel::as_word(__hfma2(lo[u], sl, zl)),
+                                           mlxcel::as_word(__hfma2(hi[u], sh, zh)));
+                    }
+                  }
+                }
+              } else {
+                // Token t's scale: half scale_half[t % 2] of word t (see stage()).
+                const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
+                const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
+                const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
+                #pragma unroll
+                for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+                  uint32_t b[4];
+                  mlxcel::load_matrices_transposed(b, value_row + c * 16);
+                  #pragma unroll
+                  for (int h = 0; h < 2; ++h) {
+                    const uint32_t lo = b[2 * h] ^ 0x80808080u, hi = b[2 * h + 1] ^ 0x80808080u;
+                    const int tile = 2 * (c + h);
+                    mlxcel::Mma<TM>::run(acc[tile], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
+                                         mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)));
+                    mlxcel::Mma<TM>::run(acc[tile + 1], a, mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
+                                         mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh)));
+                  }
+                }
+              }
+            } else {
+              #pragma unroll
+              for (int dt = 0; dt < DT; dt += 2) {
+                uint32_t b[4];
+                mlxcel::load_matrices_transposed(
+                    b, values + (token0 + kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 8 +
+                           (lane >> 4) * 8);
+                mlxcel::Mma<T>::run(acc[dt], a, b[0], b[1]);
+                mlxcel::Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
+              }
             }
           }
         }
@@ -1182,8 +1186,8 @@ CASCADE_MERGE_SOURCE = r"""
 # MERGE_DEPTHS > 0: a cascade's private level of one tile a row, its output
 # folded with the levels' states o0..o3 (the cascade merge's inputs) into merged.
 PARTIAL_SIGNATURE = (
-    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK, int STAGES,"
-    " int SCALE_BITS, int MERGE_DEPTHS, bool MEMBER_IS_ROW, typename TO, typename S>\n__device__ __forceinline__"
+    "template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK,"
+    " int STAGES, int SCALE_BITS, int MERGE_DEPTHS, bool MEMBER_IS_ROW, typename TO, typename S>\n__device__ __forceinline__"
     " void partial(const TQ* q, const S& q_shape,"
     " const T* k_pool, const S& k_pool_shape, const T* v_pool, const __half* k_scales, const __half* v_scales,"
     " const __half* k_zeros, const __half* v_zeros, const int32_t* indices, const int32_t* last_page_len,"
@@ -1204,8 +1208,8 @@ CASCADE_MERGE_SIGNATURE = (
     " TO* out)")
 # The partial kernel writing states (no merge), as the launches call it.
 PARTIAL_STATES = r"""namespace mlxcel {
-template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK, int STAGES,
-          int SCALE_BITS, typename S>
+template <typename T, typename TQ, int D, int BLOCK, int WM, bool STACKED, bool HEADS_ON_N, int WARPS, int CHUNK,
+          int STAGES, int SCALE_BITS, typename S>
 __device__ __forceinline__ void partial_states(const TQ* q, const S& q_shape, const T* k_pool, const S& k_pool_shape,
     const T* v_pool, const __half* k_scales, const __half* v_scales, const __half* k_zeros, const __half* v_zeros,
     const int32_t* indices, const int32_t* last_page_len, const int32_t* tiles, const int32_t* members,
@@ -1223,13 +1227,13 @@ LIBRARY = HEADER + WARPGROUP_HEADER + "".join(
                             (CASCADE_MERGE_SIGNATURE, CASCADE_MERGE_SOURCE),
                             (WARPGROUP_PARTIAL_SIGNATURE, WARPGROUP_PARTIAL_SOURCE))) + PARTIAL_STATES
 
-PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS>(q, q_shape, "
-                "k_pool, k_pool_shape, v_pool, nullptr, nullptr, nullptr, nullptr, indices, last_page_len, tiles, "
-                "members, members_shape, out, out_lse);")
+PARTIAL_TEMPLATE = "T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS"
+PARTIAL_CALL = (f"mlxcel::partial_states<{PARTIAL_TEMPLATE}>(q, q_shape, k_pool, k_pool_shape, v_pool, nullptr, "
+                "nullptr, nullptr, nullptr, indices, last_page_len, tiles, members, members_shape, out, out_lse);")
 # Quantized pages: the codes as k_pool / v_pool, their scales and zeros (int8: a placeholder) beside them.
-QUANTIZED_PARTIAL_CALL = ("mlxcel::partial_states<T, TQ, D, BLOCK, WM, STACKED, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS>(q, "
-                          "q_shape, k_pool, k_pool_shape, v_pool, k_scales, v_scales, k_zeros, v_zeros, indices, "
-                          "last_page_len, tiles, members, members_shape, out, out_lse);")
+QUANTIZED_PARTIAL_CALL = (f"mlxcel::partial_states<{PARTIAL_TEMPLATE}>(q, q_shape, k_pool, k_pool_shape, v_pool, "
+                          "k_scales, v_scales, k_zeros, v_zeros, indices, last_page_len, tiles, members, "
+                          "members_shape, out, out_lse);")
 MERGED = "o0, o0_shape, lse0, o1, o1_shape, lse1, o2, o2_shape, lse2, o3, o3_shape, lse3, level_map, out"
 MERGED_TEMPLATE = "T, TQ, D, BLOCK, WM, false, HEADS_ON_N, WARPS, CHUNK, STAGES, SCALE_BITS, DEPTHS, MEMBER_IS_ROW, TO"
 # A cascade's private level with its merge (MERGE_DEPTHS levels), float and quantized pages.
