@@ -602,8 +602,8 @@ PARTIAL_SOURCE = r"""
   // half the mma's, half the softmax a lane, half the accumulators.
   constexpr int MT = STEP / 16;                     // HEADS_ON_N: score tiles (16 tokens) per step
   constexpr int TILE_HEADS = HEADS_ON_N ? 8 : 16;   // a warp's heads
-  static_assert(!HEADS_ON_N || (QUANTIZED && !Format::AFFINE && WM == 1 && STEP % 16 == 0),
-                "int8 pages, one warp across the heads, whole m16 tiles");
+  static_assert(!HEADS_ON_N || (QUANTIZED && WM == 1 && STEP % 16 == 0),
+                "quantized pages, one warp across the heads, whole m16 tiles");
   constexpr int DK = D / 16;                        // k-steps of Q K^T
   constexpr int DT = D / 8;                         // output tiles (8 dims)
   constexpr int STRIDE = D + 8;                     // padded shared row: conflict-free ldmatrix
@@ -656,14 +656,15 @@ PARTIAL_SOURCE = r"""
       // zeros: no branch, so all the loads are in flight together.
       const int head = HEADS_ON_N ? head0 + g : head0 + g + 8 * (r & 1);
       const int real = min(head, heads - 1);
+      const int half = HEADS_ON_N ? r : r >> 1;    // the k half: cols (rows of B) tig*2 or tig*2+8
       // The dims of the pair: d and d + 1 of 16-bit pages; quantized pages'
       // codes reach the mma in another k order (a dot product's terms can be
       // summed in any order as long as q's follow): int8 d, d + 1 with d =
-      // 16 kk + 4 tig + 2 (r >> 1), int4 d, d + 4 with d = 32 (kk / 2) +
-      // 8 tig + 2 (kk % 2) + (r >> 1) (see 3a).
-      const int d = !QUANTIZED ? kk * 16 + 8 * (r >> 1) + tig * 2
-                    : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + (r >> 1)
-                    : HEADS_ON_N ? kk * 16 + 4 * tig + 2 * r : kk * 16 + 4 * tig + 2 * (r >> 1);
+      // 16 kk + 4 tig + 2 half, int4 d, d + 4 with d = 32 (kk / 2) +
+      // 8 tig + 2 (kk % 2) + half (see 3a).
+      const int d = !QUANTIZED ? kk * 16 + 8 * half + tig * 2
+                    : Format::AFFINE ? 32 * (kk >> 1) + 8 * tig + 2 * (kk & 1) + half
+                                     : kk * 16 + 4 * tig + 2 * half;
       const int q_row = STACKED ? members[row * members_shape[1] + real / group_size] : row;
       const int q_head = kv_head * group_size + real % group_size;
       const TQ* at = q + (size_t(q_row) * q_heads + q_head) * D + d;
@@ -730,9 +731,12 @@ PARTIAL_SOURCE = r"""
           // 3a, 4 and 3b transposed (HEADS_ON_N).
           // S^T = K Q^T: ldmatrix over code rows as 3a's, its four matrices
           // tokens 0..7 and 8..15 of units m and m + 1, gives lane (g, tig)
-          // codes 4 tig..4 tig + 3 of tokens g and g + 8 in unit m: the A
-          // operand's k pairs in 3a's k order, q's B operand matching. Two
-          // chains of k-steps (even, odd) for two mma's in flight.
+          // bytes 4 tig..4 tig + 3 of tokens g and g + 8 in unit m: the A
+          // operand's k pairs in 3a's k order (int4: dequantized with each
+          // token's scale and zero of group m), q's B operand matching. Two
+          // chains of k-steps for two mma's in flight.
+          constexpr int UNITS = ROW_BYTES / 16;
+          constexpr int ROW_HALVES = SCALE_BYTES / 2;   // int4: a token's scales (zeros), a group each
           float st[MT][4];          // tokens g, g + 8 (of the tile) x heads 2 tig, 2 tig + 1
           #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
@@ -741,24 +745,49 @@ PARTIAL_SOURCE = r"""
             const unsigned char* key_row =
                 key_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
             #pragma unroll
-            for (int m = 0; m < DK; m += 2) {
+            for (int m = 0; m < UNITS; m += 2) {
               uint32_t w[4];
               mlxcel::load_matrices(w, key_row + m * 16);
               #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                const uint32_t lo = w[2 * i] ^ 0x80808080u, hi = w[2 * i + 1] ^ 0x80808080u;
-                const uint32_t a[4] = {
-                    mlxcel::as_word(mlxcel::int8_pair<0x4140>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4140>(hi)),
-                    mlxcel::as_word(mlxcel::int8_pair<0x4342>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4342>(hi))};
-                mlxcel::Mma<TM>::run(chain[i], a, qf[m + i][0], qf[m + i][1]);
+                if constexpr (Format::AFFINE) {
+                  const __half* scales_of = reinterpret_cast<const __half*>(scale_rows) + m + i;
+                  const __half* zeros_of = reinterpret_cast<const __half*>(scale_rows + 2 * CHUNK * SCALE_BYTES) + m + i;
+                  const __half2 s_lo = __half2half2(scales_of[(tile0 + g) * ROW_HALVES]);
+                  const __half2 s_hi = __half2half2(scales_of[(tile0 + g + 8) * ROW_HALVES]);
+                  const __half2 z_lo = __half2half2(zeros_of[(tile0 + g) * ROW_HALVES]);
+                  const __half2 z_hi = __half2half2(zeros_of[(tile0 + g + 8) * ROW_HALVES]);
+                  __half2 lo[4], hi[4];
+                  mlxcel::nibble_pairs(w[2 * i], lo);
+                  mlxcel::nibble_pairs(w[2 * i + 1], hi);
+                  #pragma unroll
+                  for (int k = 0; k < 2; ++k) {
+                    const uint32_t a[4] = {mlxcel::as_word(__hfma2(lo[2 * k], s_lo, z_lo)),
+                                           mlxcel::as_word(__hfma2(hi[2 * k], s_hi, z_hi)),
+                                           mlxcel::as_word(__hfma2(lo[2 * k + 1], s_lo, z_lo)),
+                                           mlxcel::as_word(__hfma2(hi[2 * k + 1], s_hi, z_hi))};
+                    mlxcel::Mma<TM>::run(chain[k], a, qf[2 * (m + i) + k][0], qf[2 * (m + i) + k][1]);
+                  }
+                } else {
+                  const uint32_t lo = w[2 * i] ^ 0x80808080u, hi = w[2 * i + 1] ^ 0x80808080u;
+                  const uint32_t a[4] = {
+                      mlxcel::as_word(mlxcel::int8_pair<0x4140>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4140>(hi)),
+                      mlxcel::as_word(mlxcel::int8_pair<0x4342>(lo)), mlxcel::as_word(mlxcel::int8_pair<0x4342>(hi))};
+                  mlxcel::Mma<TM>::run(chain[i], a, qf[m + i][0], qf[m + i][1]);
+                }
               }
             }
-            // Tokens g and g + 8 share a parity: scale_half's choice for both.
-            const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + scale_half[g & 1];
-            const float low = __half2float(key_scales[2 * (tile0 + g)]);
-            const float high = __half2float(key_scales[2 * (tile0 + g + 8)]);
-            #pragma unroll
-            for (int c = 0; c < 4; ++c) st[mt][c] = (chain[0][c] + chain[1][c]) * (c < 2 ? low : high);
+            if constexpr (Format::AFFINE) {
+              #pragma unroll
+              for (int c = 0; c < 4; ++c) st[mt][c] = chain[0][c] + chain[1][c];
+            } else {
+              // Tokens g and g + 8 share a parity: scale_half's choice for both.
+              const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + scale_half[g & 1];
+              const float low = __half2float(key_scales[2 * (tile0 + g)]);
+              const float high = __half2float(key_scales[2 * (tile0 + g + 8)]);
+              #pragma unroll
+              for (int c = 0; c < 4; ++c) st[mt][c] = (chain[0][c] + chain[1][c]) * (c < 2 ? low : high);
+            }
           }
           if (slot0 < first_slot || slot0 + STEP > end_slot) {
             #pragma unroll
@@ -795,33 +824,57 @@ PARTIAL_SOURCE = r"""
           }
           // O^T += V^T P^T: P^T's B operand is this lane's weights, packed
           // (rows: tokens g, g + 8; columns: heads), each 8x8 transposed. V^T's
-          // A operand from ldmatrix.trans as 3b's: unit c's dims 16 c + 2 g
-          // and + 1 are rows g and g + 8 of tile c (see 5), tokens 2 tig, + 1
-          // (+ 8, + 9) its k pairs, dequantized with their tokens' scales.
+          // A operand from ldmatrix.trans as 3b's, tokens 2 tig, + 1 (+ 8, + 9)
+          // its k pairs, dequantized with their tokens' scales (and zeros of
+          // group c). int8: unit c's dims 16 c + 2 g and + 1 are rows g and
+          // g + 8 of tile c; int4: its dims 32 c + 4 g + 2 v and + 1 those of
+          // tile 2 c + v (see 5).
           #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const int tile0 = token0 + mt * 16;
             const uint32_t b0 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][0], st[mt][1]));
             const uint32_t b1 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][2], st[mt][3]));
             const int pair = tile0 + 2 * tig;
-            const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + 2 * pair;
-            const __half2 sl = __halves2half2(scales_of[scale_half[0]], scales_of[2 + scale_half[1]]);
-            const __half2 sh = __halves2half2(scales_of[16 + scale_half[0]], scales_of[18 + scale_half[1]]);
+            const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES);
+            const __half* zeros_of = reinterpret_cast<const __half*>(scale_rows + 3 * CHUNK * SCALE_BYTES);
             const unsigned char* value_row =
                 value_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
             #pragma unroll
-            for (int c = 0; c < ROW_BYTES / 16; c += 2) {
+            for (int c = 0; c < UNITS; c += 2) {
               uint32_t w[4];
               mlxcel::load_matrices_transposed(w, value_row + c * 16);
               #pragma unroll
               for (int h = 0; h < 2; ++h) {
-                const uint32_t lo = w[2 * h] ^ 0x80808080u, hi = w[2 * h + 1] ^ 0x80808080u;
-                const uint32_t a[4] = {
-                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
-                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
-                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)),
-                    mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh))};
-                mlxcel::Mma<TM>::run(acc[c + h], a, b0, b1);
+                if constexpr (Format::AFFINE) {
+                  const __half* sc = scales_of + c + h;
+                  const __half* zr = zeros_of + c + h;
+                  const __half2 sl = __halves2half2(sc[pair * ROW_HALVES], sc[(pair + 1) * ROW_HALVES]);
+                  const __half2 sh = __halves2half2(sc[(pair + 8) * ROW_HALVES], sc[(pair + 9) * ROW_HALVES]);
+                  const __half2 zl = __halves2half2(zr[pair * ROW_HALVES], zr[(pair + 1) * ROW_HALVES]);
+                  const __half2 zh = __halves2half2(zr[(pair + 8) * ROW_HALVES], zr[(pair + 9) * ROW_HALVES]);
+                  __half2 lo[4], hi[4];
+                  mlxcel::nibble_pairs(w[2 * h], lo);
+                  mlxcel::nibble_pairs(w[2 * h + 1], hi);
+                  #pragma unroll
+                  for (int v = 0; v < 2; ++v) {
+                    const uint32_t a[4] = {mlxcel::as_word(__hfma2(lo[2 * v], sl, zl)),
+                                           mlxcel::as_word(__hfma2(lo[2 * v + 1], sl, zl)),
+                                           mlxcel::as_word(__hfma2(hi[2 * v], sh, zh)),
+                                           mlxcel::as_word(__hfma2(hi[2 * v + 1], sh, zh))};
+                    mlxcel::Mma<TM>::run(acc[2 * (c + h) + v], a, b0, b1);
+                  }
+                } else {
+                  const __half* sc = scales_of + 2 * pair;   // token t's scale: half scale_half[t % 2] of word t
+                  const __half2 sl = __halves2half2(sc[scale_half[0]], sc[2 + scale_half[1]]);
+                  const __half2 sh = __halves2half2(sc[16 + scale_half[0]], sc[18 + scale_half[1]]);
+                  const uint32_t lo = w[2 * h] ^ 0x80808080u, hi = w[2 * h + 1] ^ 0x80808080u;
+                  const uint32_t a[4] = {
+                      mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(lo), sl)),
+                      mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(lo), sl)),
+                      mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4240>(hi), sh)),
+                      mlxcel::as_word(__hmul2(mlxcel::int8_pair<0x4341>(hi), sh))};
+                  mlxcel::Mma<TM>::run(acc[c + h], a, b0, b1);
+                }
               }
             }
           }
@@ -1022,7 +1075,7 @@ PARTIAL_SOURCE = r"""
   float* warp_acc = reinterpret_cast<float*>(mlxcel_shared);   // [WARPS][16][D]
   float* warp_max = warp_acc + WARPS * 16 * D;                  // [WARPS][16]
   float* warp_sum = warp_max + WARPS * 16;                      // [WARPS][16]
-  if (active && HEADS_ON_N) {   // heads 2 tig, 2 tig + 1; tile u's rows g, g + 8: dims 16 u + 2 g, + 1
+  if (active && HEADS_ON_N) {   // heads 2 tig, 2 tig + 1; tile u's rows g, g + 8: two dims in a row (3b)
     #pragma unroll
     for (int j = 0; j < 2; ++j) {
       row_sum[j] = mlxcel::lane_sum(mlxcel::lane_sum(mlxcel::lane_sum(row_sum[j], 4), 8), 16);
@@ -1032,7 +1085,8 @@ PARTIAL_SOURCE = r"""
       }
       #pragma unroll
       for (int u = 0; u < ACC_TILES; ++u) {
-        *reinterpret_cast<float2*>(warp_acc + (warp * 16 + 2 * tig + j) * D + 16 * u + 2 * g) =
+        const int dim = Format::AFFINE ? 32 * (u >> 1) + 4 * g + 2 * (u & 1) : 16 * u + 2 * g;
+        *reinterpret_cast<float2*>(warp_acc + (warp * 16 + 2 * tig + j) * D + dim) =
             make_float2(acc[u][j], acc[u][2 + j]);
       }
     }

@@ -390,8 +390,8 @@ class FusedKernels:
         kind = "quantized_partial" if quant else "partial"
         if layout.warpgroup:
             kind = f"warpgroup_{kind}"
-        # int8 pages under at most 8 heads a block: the products transposed (cuda's HEADS_ON_N).
-        heads_on_n = quant is not None and not quant.affine and not stacked and layout.heads <= 8
+        # Quantized pages under at most 8 heads a block: the products transposed (cuda's HEADS_ON_N).
+        heads_on_n = quant is not None and not stacked and layout.heads <= 8
         template = [("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                     ("WM", layout.warps_m), ("STACKED", stacked), ("HEADS_ON_N", heads_on_n), ("WARPS", layout.warps),
                     ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))]

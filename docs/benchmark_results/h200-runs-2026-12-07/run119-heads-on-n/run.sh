@@ -1,9 +1,9 @@
-# Run 119: int8 pages' partial kernel with its products transposed for a block of at most 8 query heads
+# Run 119: quantized pages' partial kernel with its products transposed for a block of at most 8 query heads
 # (HEADS_ON_N: S^T = K Q^T, O^T = V^T P^T; the heads an n8 tile's columns, not 4 of an m16 tile's 16 rows),
 # against main's (51b85f4), and the verdict cells read on the branch. Made here first (not kept):
 #   git show 51b85f4:kernels/cuda.py > $D/main_cuda.py
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
-#   run.sh check   the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, then run 118's
+#   run.sh check   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, after
 #                  ab.py (main's flat partial kernels against the branch's, bf16 / int8 / int4) -> ab/
 #   run.sh kernel  issue 26's kernel cell (run 102's `kernel` mode: 8192 shared x 32, two reads) -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
@@ -13,14 +13,14 @@ D=docs/benchmark_results/h200-runs-2026-12-07/run119-heads-on-n
 case ${1:-check} in
 check)
   mkdir -p $OUT/tests $OUT/ab
-  MLXCEL_POISON_OUTPUTS=nan timeout 240 python3 -m pytest -q -x tests/test_fused_kernels.py \
-    tests/test_quantized_kv.py -k int8 > $OUT/tests/pytest.txt 2>&1
-  echo "tests exit $? at $SECONDS s"; tail -3 $OUT/tests/pytest.txt | cut -c1-300
   cp $D/main_cuda.py kernels/cuda_main.py
-  MLXCEL_KERNELS=fused timeout 200 python3 docs/benchmark_results/h200-runs-2026-12-07/run118-conversions/ab.py \
-    /tmp/ab > $OUT/ab/ab.log 2>&1
+  MLXCEL_KERNELS=fused timeout 200 python3 $D/ab.py /tmp/ab > $OUT/ab/ab.log 2>&1
   echo "ab exit $? at $SECONDS s"; cp /tmp/ab/* $OUT/ab/ 2>/dev/null; cat $OUT/ab/ab.md
-  grep "int8:" $OUT/ab/ab.log; tail -3 $OUT/ab/ab.log | cut -c1-400 ;;
+  grep -E "int8:|int4:" $OUT/ab/ab.log; tail -3 $OUT/ab/ab.log | cut -c1-400
+  rm kernels/cuda_main.py
+  MLXCEL_POISON_OUTPUTS=nan timeout 280 python3 -m pytest -q -x tests/test_fused_kernels.py \
+    tests/test_quantized_kv.py -k "int8 or int4" > $OUT/tests/pytest.txt 2>&1
+  echo "tests exit $? at $SECONDS s"; tail -3 $OUT/tests/pytest.txt | cut -c1-300 ;;
 kernel|kv)
   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh $1 ;;
 esac
