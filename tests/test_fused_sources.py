@@ -399,13 +399,15 @@ def test_quantized_pools_launch_their_codes_scales_and_zeros(rng, monkeypatch, f
     # partial kernel the codes as k_pool / v_pool and their scales and zeros
     # after them, in the kernel's input order; int8's zeros are one
     # placeholder. The kernel is made with those names and its own staging.
+    # The launches of unstacked heads (4 a KV head here: flat, private level)
+    # run the products transposed, the stacked levels' (64 heads) do not.
     made, launched = [], []
 
     def kernel(**spec):
         made.append(spec)
 
         def run(inputs, init_value, **options):
-            launched.append((spec["input_names"], inputs))
+            launched.append((spec["input_names"], inputs, dict(options["template"])))
             return [mx.zeros(shape, dtype) for shape, dtype in zip(options["output_shapes"], options["output_dtypes"])]
         return run
     monkeypatch.setattr(mx.fast, "cuda_kernel", kernel)
@@ -418,8 +420,11 @@ def test_quantized_pools_launch_their_codes_scales_and_zeros(rng, monkeypatch, f
     step = kernels.prepare_cascade(shape, case.csr.num_rows, layout.private_view(case.csr), layout.kernel_levels)
     step(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
     kernels.prepare_partial(case.csr, shape)(case.q, case.k_pool, case.v_pool, case.csr.last_page_len)
-    partials = [(names, inputs) for names, inputs in launched if names[0] == "q"]
+    partials = [(names, inputs) for names, inputs, _ in launched if names[0] == "q"]
     assert len(partials) == plan.depth + 2                 # the stacked levels, the private level, the flat launch
+    templates = [template for names, _, template in launched if names[0] == "q"]
+    assert [t["HEADS_ON_N"] for t in templates] == [not t["STACKED"] for t in templates]
+    assert [t["STACKED"] for t in templates] == [True] * plan.depth + [False, False]
     quantized = len(fused.QUANTIZED_PARTIAL_INPUTS)
     # The private level (a tile a row here) merges: the levels' states after the pages' inputs.
     assert [names[quantized:] for names, _ in partials] == [[]] * plan.depth + [fused.LEVEL_STATE_INPUTS, []]
