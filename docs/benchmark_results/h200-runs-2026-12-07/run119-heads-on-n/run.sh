@@ -6,7 +6,8 @@
 #   run.sh check   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, after
 #                  ab.py (main's flat partial kernels against the branch's, bf16 / int8 / int4) -> ab/
 #   run.sh widths  run 115's widths.py on the branch: the heuristic's width and 1, 2, 4, 5, 6 even tiles a row,
-#                  bf16 / int8 / int4 flat (partial and merge) at 8192 x 32 and 32768 x 32 -> widths/
+#                  bf16 / int8 / int4 flat (partial and merge) at 8192 x 32 and 32768 x 32 -> widths-5/, and with
+#                  int8's blocks four an SM (INT8_BLOCKS=4: more shared memory asked) -> widths-4/
 #   run.sh kernel  issue 26's kernel cell (run 102's `kernel` mode: 8192 shared x 32, two reads) -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
 set -u
@@ -24,10 +25,12 @@ check)
     tests/test_quantized_kv.py -k "int8 or int4" > $OUT/tests/pytest.txt 2>&1
   echo "tests exit $? at $SECONDS s"; tail -3 $OUT/tests/pytest.txt | cut -c1-300 ;;
 widths)
-  mkdir -p $OUT/widths
-  MLXCEL_KERNELS=fused timeout 300 python3 $D/widths.py /tmp/widths > $OUT/widths/widths.log 2>&1
-  echo "widths exit $? at $SECONDS s"; cp /tmp/widths/* $OUT/widths/ 2>/dev/null; cat $OUT/widths/widths.md
-  tail -2 $OUT/widths/widths.log | cut -c1-400 ;;
+  for blocks in 5 4; do
+    out=$OUT/widths-$blocks; mkdir -p $out
+    INT8_BLOCKS=$blocks MLXCEL_KERNELS=fused timeout 250 python3 $D/widths.py /tmp/widths$blocks > $out/widths.log 2>&1
+    echo "widths $blocks exit $? at $SECONDS s"; cp /tmp/widths$blocks/* $out/ 2>/dev/null; cat $out/widths.md
+    tail -2 $out/widths.log | cut -c1-400
+  done ;;
 kernel|kv)
   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh $1 ;;
 esac
