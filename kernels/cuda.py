@@ -694,6 +694,9 @@ PARTIAL_SOURCE = r"""
   // Which half of a staged int8 scale word is this KV head's: the row index's
   // parity, (token * kv_heads + kv_head) % 2 (pages of an even token count).
   const int scale_half[2] = {kv_head & 1, (kv_heads + kv_head) & 1};   // even, odd tokens
+  // HEADS_ON_N: tokens g and g + 8's (of a tile: one parity), chosen, not
+  // indexed (a runtime index would put scale_half in local memory).
+  const int g_half = g & 1 ? scale_half[1] : scale_half[0];
 
   constexpr int ACC_TILES = HEADS_ON_N ? D / 16 : DT;   // HEADS_ON_N: O^T's m16 tiles of dims
   float acc[ACC_TILES][4];
@@ -781,8 +784,7 @@ PARTIAL_SOURCE = r"""
               #pragma unroll
               for (int c = 0; c < 4; ++c) st[mt][c] = chain[0][c] + chain[1][c];
             } else {
-              // Tokens g and g + 8 share a parity: scale_half's choice for both.
-              const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + scale_half[g & 1];
+              const __half* key_scales = reinterpret_cast<const __half*>(scale_rows) + g_half;
               const float low = __half2float(key_scales[2 * (tile0 + g)]);
               const float high = __half2float(key_scales[2 * (tile0 + g + 8)]);
               #pragma unroll
