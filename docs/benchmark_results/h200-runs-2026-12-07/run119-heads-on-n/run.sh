@@ -5,6 +5,7 @@
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 #   run.sh check   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, after
 #                  ab.py (main's flat partial kernels against the branch's, bf16 / int8 / int4) -> ab/
+#   run.sh ab      the ab.py part alone
 #   run.sh widths  run 115's widths.py on the branch: the heuristic's width and 1, 2, 4, 5, 6 even tiles a row,
 #                  bf16 / int8 / int4 flat (partial and merge) at 8192 x 32 and 32768 x 32 -> widths-5/, and with
 #                  int8's blocks four an SM (INT8_BLOCKS=4: more shared memory asked) -> widths-4/
@@ -14,13 +15,15 @@ set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run119-heads-on-n
 case ${1:-check} in
-check)
-  mkdir -p $OUT/tests $OUT/ab
+check|ab)
+  mkdir -p $OUT/ab
   cp $D/main_cuda.py kernels/cuda_main.py
   MLXCEL_KERNELS=fused timeout 200 python3 $D/ab.py /tmp/ab > $OUT/ab/ab.log 2>&1
   echo "ab exit $? at $SECONDS s"; cp /tmp/ab/* $OUT/ab/ 2>/dev/null; cat $OUT/ab/ab.md
   grep -E "int8:|int4:" $OUT/ab/ab.log; tail -3 $OUT/ab/ab.log | cut -c1-400
   rm kernels/cuda_main.py
+  [ $1 = ab ] && exit
+  mkdir -p $OUT/tests
   MLXCEL_POISON_OUTPUTS=nan timeout 280 python3 -m pytest -q -x tests/test_fused_kernels.py \
     tests/test_quantized_kv.py -k "int8 or int4" > $OUT/tests/pytest.txt 2>&1
   echo "tests exit $? at $SECONDS s"; tail -3 $OUT/tests/pytest.txt | cut -c1-300 ;;
