@@ -49,8 +49,8 @@ from . import portable
 from .csr import PagedCsrView, upload
 from .kv_quant import SCALE_DTYPE, KVQuant, Pages, QuantizedPages
 from .shape import AttentionShape, check_inputs
-from .tile_plan import (HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, level0_max_warps_m,
-                        head_layout)
+from .tile_plan import (HEADS_PER_WARP, LEVEL0_TARGET_BLOCKS, HeadLayout, TilePlan, fused_tiles, head_layout,
+                        level0_max_warps_m, transposed, transposed_resident_blocks)
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()      # env values already warned about (once a process)
@@ -99,6 +99,12 @@ def has_producer(warps: int, quant: KVQuant | None) -> bool:
     stage and convert its chunks into two operand pairs (cuda_warpgroup's
     PRODUCER): quantized pages' blocks of two or more warpgroups."""
     return quant is not None and warps >= 8
+
+
+def flat_resident(layout: HeadLayout, quant: KVQuant | None) -> int | None:
+    """Blocks an SM of an unstacked launch whose tiles are cut by the waves
+    they fill (the transposed kernels); None: by TARGET_BLOCKS."""
+    return transposed_resident_blocks(quant) if transposed(layout.heads, quant, False) else None
 
 
 def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
@@ -390,10 +396,9 @@ class FusedKernels:
         kind = "quantized_partial" if quant else "partial"
         if layout.warpgroup:
             kind = f"warpgroup_{kind}"
-        # Quantized pages under at most 8 heads a block: the products transposed (cuda's HEADS_ON_N).
-        heads_on_n = quant is not None and not stacked and layout.heads <= 8
         template = [("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
-                    ("WM", layout.warps_m), ("STACKED", stacked), ("HEADS_ON_N", heads_on_n), ("WARPS", layout.warps),
+                    ("WM", layout.warps_m), ("STACKED", stacked),
+                    ("HEADS_ON_N", transposed(layout.heads, quant, stacked)), ("WARPS", layout.warps),
                     ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))]
         # The page size is a template constant: page lookups become shifts.
         outputs = dict(output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
@@ -471,7 +476,7 @@ class FusedKernels:
         if unsupported(shape):
             return portable.prepare_partial(csr, shape, chunk_pages)
         layout = head_layout(shape.group, self.platform.warps)
-        plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads)
+        plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads, resident=flat_resident(layout, shape.kv_quant))
         return FusedPartial(self, self.partial_launch(shape, plan.num_tiles, layout, stacked=False), plan,
                             csr.indices, csr.num_rows)
 
@@ -547,7 +552,7 @@ class FusedKernels:
             target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
-        return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads))
+        return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads, resident=flat_resident(flat, quant)))
 
     def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
                         level0_pages: int | None = None, level0_warps_m: int | None = None,

@@ -27,6 +27,14 @@ HEADS_PER_WARP = 16       # query heads one warp owns: the M side of a 16-row ma
 # traffic and a wider merge.
 TARGET_BLOCKS = 528
 
+# Quantized pages under at most this many query heads a block run the partial
+# kernel's products transposed (CUDA's HEADS_ON_N: the heads an n8 tile's
+# columns, not rows of an m16 tile): at D = 128 int8's kernel holds 95
+# registers a lane, five blocks an SM, int4's 127, four; the m16 kernels hold
+# three (tests/test_fused_sources.py).
+TRANSPOSED_MAX_HEADS = 8
+MULTIPROCESSORS = 132     # an H100's or H200's (SXM)
+
 # Cascade level 0 (many stacked heads, one long row) wants fewer: every
 # extra tile adds its heads' partial states to write and fold. Measured on the
 # H200 (8192 shared x 32 and x 64, 32768 x 32) with 4-warp blocks: the best
@@ -87,6 +95,16 @@ class HeadLayout:
     groups: int       # head groups per (tile, KV head)
     warps: int        # the block's warps
     warpgroup: bool = False   # warpgroups of 64 rows run the block (a CUDA stacked level on warpgroup MMA)
+
+
+def transposed(heads: int, quant: KVQuant | None, stacked: bool) -> bool:
+    """Whether a partial launch of ``heads`` query heads a KV head runs its products transposed."""
+    return quant is not None and not stacked and heads <= TRANSPOSED_MAX_HEADS
+
+
+def transposed_resident_blocks(quant: KVQuant) -> int:
+    """Blocks of a transposed launch resident on a multiprocessor at D = 128."""
+    return 4 if quant.affine else 5
 
 
 def head_layout(heads: int, warps: int, max_warps_m: int | None = None) -> HeadLayout:
@@ -182,13 +200,49 @@ def tile_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int,
     return low
 
 
+def wave_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int, resident: int,
+               min_tokens: int = MIN_TILE_TOKENS) -> int:
+    """Pages per tile for a launch of ``resident`` blocks an SM: one tile a
+    row where that alone offers TARGET_BLOCKS blocks (no merge); else, of the
+    widths that cut the longest row into 1, 2, ... even tiles (none under
+    ``min_tokens`` unless the longest row is shorter) and take at most two
+    waves of blocks, the one whose blocks fill their waves best (blocks /
+    (waves x resident blocks)), the wider of equals. A last wave of a few
+    blocks costs a block's whole time: measured on an H100 (run 119, the
+    transposed int8 kernel at 8192 x 32), TARGET_BLOCKS' 768 blocks on 660
+    slots (1.16 waves) took 0.177 ms, 512 (0.78) 0.137, 1280 (1.94) 0.140."""
+    pages = num_pages[num_pages > 0].astype(np.int64)
+    if len(pages) == 0:
+        return 1
+    longest = int(pages.max())
+    if len(pages) * blocks_per_tile >= TARGET_BLOCKS:
+        return longest
+    narrowest = min(longest, max(1, -(-min_tokens // block_size)))
+    slots = resident * MULTIPROCESSORS
+    best, best_fill = longest, 0.0
+    for k in range(1, longest // narrowest + 1):
+        width = -(-longest // k)
+        blocks = int((-(-pages // width)).sum()) * blocks_per_tile
+        if k > 1 and blocks > 2 * slots:
+            break
+        fill = blocks / (-(-blocks // slots) * slots)
+        if fill > best_fill:
+            best, best_fill = width, fill
+    return best
+
+
 def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int,
-                target_blocks: int = TARGET_BLOCKS) -> TilePlan:
-    """The view's tiles for a fused launch with this head layout.
-    ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the portable
-    kernels) overrides the width heuristic."""
+                target_blocks: int = TARGET_BLOCKS, resident: int | None = None) -> TilePlan:
+    """The view's tiles for a fused launch with this head layout: the widest
+    offering ``target_blocks`` blocks (tile_width; measured on the m16
+    kernels, three blocks an SM), or, given the launch's ``resident`` blocks
+    an SM (the transposed kernels), the width whose blocks fill their waves
+    (wave_width). ``chunk_pages`` (argument or MLXCEL_CHUNK_PAGES, as for the
+    portable kernels) overrides both."""
     blocks_per_tile = kv_heads * layout.groups
     min_tokens = max(MIN_TILE_TOKENS, TOKENS_PER_HEAD * layout.heads)
-    width = requested_width(chunk_pages) or tile_width(csr.host.num_pages(), blocks_per_tile, csr.block_size,
-                                                       target_blocks=target_blocks, min_tokens=min_tokens)
+    pages = csr.host.num_pages()
+    width = requested_width(chunk_pages) or (
+        wave_width(pages, blocks_per_tile, csr.block_size, resident, min_tokens) if resident
+        else tile_width(pages, blocks_per_tile, csr.block_size, target_blocks=target_blocks, min_tokens=min_tokens))
     return plan_tiles(csr.host, width)

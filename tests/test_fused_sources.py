@@ -109,19 +109,23 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
 
 
 @needs_nvcc
-@pytest.mark.parametrize("head_dim, block_size, q_dtype", [(128, 32, "bfloat16"), (128, 32, "float32"),
-                                                            (64, 32, "float16")])
-def test_transposed_int8_kernel_fits_five_blocks_per_sm(tmp_path, head_dim, block_size, q_dtype):
-    # int8 pages under at most 8 heads a block (HEADS_ON_N): the heads an n8
-    # tile's columns hold a quarter of the accumulators and half of q's
-    # fragments the m16 layout does, so five blocks fit an SM by registers
-    # (96 a lane at most) and by staging memory, without spills, at the
-    # engine's pages of 32 (pages of 16 take 98: four blocks).
-    unit = partial_unit("int8", head_dim, 1, block_size=block_size, q_dtype=q_dtype, heads_on_n=True)
+@pytest.mark.parametrize("pool, head_dim, q_dtype", [("int8", 128, "bfloat16"), ("int8", 128, "float32"),
+                                                     ("int8", 64, "float16"), ("int4", 128, "bfloat16"),
+                                                     ("int4", 64, "float32")])
+def test_transposed_kernels_fit_their_resident_blocks(tmp_path, pool, head_dim, q_dtype):
+    # Quantized pages under at most 8 heads a block (HEADS_ON_N): the heads
+    # an n8 tile's columns hold a quarter of the accumulators and half of q's
+    # fragments the m16 layout does, so the blocks the tile plan counts on
+    # (tile_plan.transposed_resident_blocks: int8 five, int4 four) fit an SM
+    # by registers and by staging memory, without spills, at the engine's
+    # pages of 32 (int8 pages of 16 take 98 registers: four blocks).
+    quant = INT8 if pool == "int8" else INT4
+    blocks = tile_plan.transposed_resident_blocks(quant)
+    unit = partial_unit(pool, head_dim, 1, q_dtype=q_dtype, heads_on_n=True)
     registers, spills = resources(compile_unit(unit, tmp_path, "sm_90a"))
     assert spills == 0
-    assert 5 * block_registers(registers) <= 65536
-    assert 5 * cuda.KERNELS.platform.staging_bytes(head_dim, 4, INT8) <= 227 * 1024
+    assert blocks * block_registers(registers) <= 65536
+    assert blocks * cuda.KERNELS.platform.staging_bytes(head_dim, 4, quant) <= 227 * 1024
 
 
 def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: int) -> str:

@@ -8,7 +8,8 @@ import pytest
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.tile_plan import (LEVEL0_MAX_WARPS_M, LEVEL0_TARGET_BLOCKS, MIN_TILE_TOKENS, TARGET_BLOCKS,
-                                      TOKENS_PER_HEAD, fused_tiles, head_layout, plan_tiles, split_rows, tile_width)
+                                      TOKENS_PER_HEAD, fused_tiles, head_layout, plan_tiles, split_rows, tile_width,
+                                      wave_width)
 
 
 def random_host(rng, rows=7, block_size=16):
@@ -81,6 +82,37 @@ def test_width_is_the_widest_that_reaches_the_target():
     width = tile_width(pages, 4, 64, target_blocks=200)   # minimum tile: 4 pages
     count = lambda w: int((-(-pages // w)).sum())   # noqa: E731
     assert width > 4 and count(width) * 4 >= 200 and count(width + 1) * 4 < 200
+
+
+def test_transposed_launches_are_cut_into_whole_waves():
+    # 32 rows of 258 pages, 8 KV heads: 3 tiles a row (TARGET_BLOCKS' cut) are 768 blocks, 1.16 waves of the
+    # int8 kernel's 660 slots (five blocks an SM); 5 tiles fill 1.94 waves. At four an SM (int4, 528 slots) two
+    # tiles a row fill 0.97 of a wave.
+    pages = np.full(32, 258)
+    assert tile_width(pages, 8, 32) == 128
+    assert wave_width(pages, 8, 32, resident=5) == 52
+    assert wave_width(pages, 8, 32, resident=4) == 129
+    # Any rows: the chosen width's blocks fill their waves at least as well as any other candidate's.
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        pages = rng.integers(1, 600, rng.integers(1, 40))
+        width = wave_width(pages, 8, 32, resident=5)
+        slots = 5 * 132
+
+        def fill(w):
+            blocks = int((-(-pages // w)).sum()) * 8
+            return blocks / (-(-blocks // slots) * slots), blocks
+        longest = int(pages.max())
+        candidates = [-(-longest // k) for k in range(1, longest // 8 + 1)]
+        candidates = [w for w in candidates if w == longest or fill(w)[1] <= 2 * slots]
+        assert width in candidates and fill(width)[0] >= max(fill(w)[0] for w in candidates)
+
+
+def test_waves_keep_long_batches_whole_and_short_rows_at_the_minimum():
+    assert wave_width(np.full(80, 1056), 8, 32, resident=5) == 1056          # 640 blocks: no merge
+    assert wave_width(np.array([256]), 8, 32, resident=5) * 32 == MIN_TILE_TOKENS   # one row: every SM it can
+    assert wave_width(np.array([3, 2]), 8, 32, resident=5) == 3
+    assert wave_width(np.array([0, 0]), 8, 32, resident=5) == 1
 
 
 def test_chunk_pages_overrides_the_tile_width(monkeypatch):
