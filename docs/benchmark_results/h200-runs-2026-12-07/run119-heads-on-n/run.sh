@@ -9,6 +9,8 @@
 #   run.sh widths  run 115's widths.py on the branch: the heuristic's width and 1, 2, 4, 5, 6 even tiles a row,
 #                  bf16 / int8 / int4 flat (partial and merge) at 8192 x 32 and 32768 x 32 -> widths-5/, and with
 #                  int8's blocks four an SM (INT8_BLOCKS=4: more shared memory asked) -> widths-4/
+#   run.sh bench   issue 26's kernel cell (8192 shared x 32, bf16 / int8 / int4, flat and cascade), main's kernels
+#                  and the branch's, one process each -> bench-main/, bench-branch/
 #   run.sh kernel  issue 26's kernel cell (run 102's `kernel` mode: 8192 shared x 32, two reads) -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
 set -u
@@ -34,6 +36,20 @@ widths)
     echo "widths $blocks exit $? at $SECONDS s"; cp /tmp/widths$blocks/* $out/ 2>/dev/null; cat $out/widths.md
     tail -2 $out/widths.log | cut -c1-400
   done ;;
+bench)
+  # main's kernels (main_kernels/, made here: git archive 51b85f4 kernels | tar -x -C $D/main_kernels
+  # --strip-components=1; not kept) and the branch's behind the package's shim, one bench process each.
+  for arm in main branch; do
+    src=$PWD/kernels; [ $arm = main ] && src=$PWD/$D/main_kernels
+    ln -sfn $src /tmp/mlxcel-shim/mlxcel/kernels
+    out=$OUT/bench-$arm; mkdir -p $out
+    MLXCEL_KERNELS=fused timeout 170 python3 benchmarks/gpu_attention_bench.py --out /tmp/att-$arm --kv-dtypes-only \
+      --reps 10 --copy-mib 256 --matmul-n 4096 > $out/att.log 2>&1
+    echo "bench $arm exit $? at $SECONDS s"
+    cp /tmp/att-$arm/attention_bench.json /tmp/att-$arm/attention_bench.md $out/ 2>/dev/null
+    grep -E "^\| (bf16|int8|int4)" $out/attention_bench.md
+  done
+  ln -sfn $PWD/kernels /tmp/mlxcel-shim/mlxcel/kernels ;;
 kernel|kv)
   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh $1 ;;
 esac
