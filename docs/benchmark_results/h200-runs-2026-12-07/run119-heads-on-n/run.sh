@@ -1,7 +1,7 @@
 # Run 119: quantized pages' partial kernel with its products transposed for a block of at most 8 query heads
 # (HEADS_ON_N: S^T = K Q^T, O^T = V^T P^T; the heads an n8 tile's columns, not 4 of an m16 tile's 16 rows),
 # against main's (51b85f4), and the verdict cells read on the branch. Made here first (not kept):
-#   git show 51b85f4:kernels/cuda.py > $D/main_cuda.py
+#   git show 51b85f4:kernels/cuda.py > $D/main_cuda.py   (check, ab)
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w.
 #   run.sh check   the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, after
 #                  ab.py (main's flat partial kernels against the branch's, bf16 / int8 / int4) -> ab/
@@ -13,6 +13,8 @@
 #                  and the branch's, one process each -> bench-main/, bench-branch/
 #   run.sh kernel  issue 26's kernel cell (run 102's `kernel` mode: 8192 shared x 32, two reads) -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
+# Ran on an H100 (no H200 came): check (out-h100/), then after the scale-half change ab and widths (out-h100-2/),
+# then after the waves (tile_plan.wave_width) kv and bench three times (out-h100-3/kv, read-1..3/).
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run119-heads-on-n
