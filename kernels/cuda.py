@@ -1363,7 +1363,7 @@ KERNELS = FusedKernels(Platform("cuda", LIBRARY, PARTIAL_CALL, MERGE_CALL, CASCA
                                 merged_quantized_partial_source=MERGED_QUANTIZED_PARTIAL_CALL,
                                 warpgroup_partial_source=WARPGROUP_PARTIAL_CALL,
                                 warpgroup_quantized_partial_source=WARPGROUP_QUANTIZED_PARTIAL_CALL,
-                                warpgroup_device=hopper))
+                                warpgroup_device=hopper, transposes=True))
 
 
 # The backend API (kernels/__init__.py dispatches to these names).

@@ -101,12 +101,6 @@ def has_producer(warps: int, quant: KVQuant | None) -> bool:
     return quant is not None and warps >= 8
 
 
-def flat_resident(layout: HeadLayout, quant: KVQuant | None) -> int | None:
-    """Blocks an SM of an unstacked launch whose tiles are cut by the waves
-    they fill (the transposed kernels); None: by TARGET_BLOCKS."""
-    return transposed_resident_blocks(quant) if transposed(layout.heads, quant, False) else None
-
-
 def block_threads(layout: HeadLayout, quant: KVQuant | None) -> int:
     """A partial launch's block: its layout's warps, and the two producer
     warpgroups' where a warpgroup layout has them (cuda_warpgroup's
@@ -260,6 +254,8 @@ class Platform:
     warpgroup_partial_source: str = ""
     warpgroup_quantized_partial_source: str = ""
     warpgroup_device: Callable[[], bool] = lambda: False
+    # Quantized pages under few heads a block run the products transposed (tile_plan.transposed; CUDA's).
+    transposes: bool = False
 
     def warpgroup_staging_bytes(self, head_dim: int, warps: int, stages: int | None = None,
                                 quant: KVQuant | None = None) -> int:
@@ -380,6 +376,15 @@ class FusedKernels:
             self._kernels[key] = kernel
         return kernel
 
+    def transposed(self, layout: HeadLayout, quant: KVQuant | None, stacked: bool) -> bool:
+        """Whether this platform runs a partial launch's products transposed."""
+        return self.platform.transposes and transposed(layout.heads, quant, stacked)
+
+    def flat_resident(self, layout: HeadLayout, quant: KVQuant | None) -> int | None:
+        """Blocks an SM of an unstacked launch whose tiles are cut by the
+        waves they fill (the transposed kernels); None: by TARGET_BLOCKS."""
+        return transposed_resident_blocks(quant) if self.transposed(layout, quant, False) else None
+
     def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool,
                        stages: int | None = None, merge: tuple[int, bool] | None = None) -> Launch:
         """The partial kernel over ``tiles`` tiles: states o [S, Hkv * heads, D]
@@ -398,7 +403,7 @@ class FusedKernels:
             kind = f"warpgroup_{kind}"
         template = [("T", shape.pool_dtype), ("TQ", shape.q_dtype), ("D", d), ("BLOCK", shape.block_size),
                     ("WM", layout.warps_m), ("STACKED", stacked),
-                    ("HEADS_ON_N", transposed(layout.heads, quant, stacked)), ("WARPS", layout.warps),
+                    ("HEADS_ON_N", self.transposed(layout, quant, stacked)), ("WARPS", layout.warps),
                     ("CHUNK", p.chunk_tokens), ("STAGES", stages), ("SCALE_BITS", scale_bits(shape.scale))]
         # The page size is a template constant: page lookups become shifts.
         outputs = dict(output_shapes=[(tiles, hkv * layout.heads, d), (tiles, hkv * layout.heads)],
@@ -476,7 +481,8 @@ class FusedKernels:
         if unsupported(shape):
             return portable.prepare_partial(csr, shape, chunk_pages)
         layout = head_layout(shape.group, self.platform.warps)
-        plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads, resident=flat_resident(layout, shape.kv_quant))
+        resident = self.flat_resident(layout, shape.kv_quant)
+        plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads, resident=resident)
         return FusedPartial(self, self.partial_launch(shape, plan.num_tiles, layout, stacked=False), plan,
                             csr.indices, csr.num_rows)
 
@@ -552,7 +558,8 @@ class FusedKernels:
             target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
-        return tuple(stacked), (flat, fused_tiles(private, None, flat, kv_heads, resident=flat_resident(flat, quant)))
+        plan_private = fused_tiles(private, None, flat, kv_heads, resident=self.flat_resident(flat, quant))
+        return tuple(stacked), (flat, plan_private)
 
     def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
                         level0_pages: int | None = None, level0_warps_m: int | None = None,

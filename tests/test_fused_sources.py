@@ -605,6 +605,19 @@ def test_metal_twin_has_the_cuda_sections_in_order():
         assert hasattr(metal, name) and hasattr(cuda, name)
 
 
+def test_only_cuda_transposes_and_cuts_those_launches_by_waves():
+    # CUDA runs quantized pages under at most 8 heads a block transposed, its
+    # flat tiles cut by the waves of the kernel's resident blocks; Metal's
+    # twin keeps the m16 layout and TARGET_BLOCKS' cut; float pages, stacked
+    # levels and 16-head blocks stay on the m16 layout everywhere.
+    few, many = tile_plan.head_layout(4, 4), tile_plan.head_layout(16, 4)
+    assert cuda.KERNELS.transposed(few, INT8, False) and cuda.KERNELS.transposed(few, INT4, False)
+    assert not cuda.KERNELS.transposed(few, INT8, True) and not cuda.KERNELS.transposed(many, INT8, False)
+    assert not cuda.KERNELS.transposed(few, None, False) and not metal.KERNELS.transposed(few, INT8, False)
+    assert cuda.KERNELS.flat_resident(few, INT8) == 5 and cuda.KERNELS.flat_resident(few, INT4) == 4
+    assert cuda.KERNELS.flat_resident(few, None) is None and metal.KERNELS.flat_resident(few, INT8) is None
+
+
 def test_metal_sizes_its_state_rows_as_the_host_does():
     # The Metal kernel declares its threadgroup array itself: its state rows
     # must hold what the CUDA kernel and the host's staging_bytes count.
