@@ -288,7 +288,7 @@ __device__ __forceinline__ void load_row(const float* p, float (&x)[VEC]) {
 // the factor the caller's accumulators take. A row over 8 lanes is checked
 // on each lane's own scores (a lane's outgrowing the base is its row's), its
 // maxima gathered only when it moves: most steps skip its 3 shuffles, and the
-// transposed kernel takes 96 registers, not 98 (five blocks an SM, not four).
+// transposed int8 kernel two registers fewer (five blocks an SM, not four).
 // A row over 4 lanes is gathered first: checked on its own, the float
 // kernel's two-tile layout takes one register more than three blocks allow.
 template <int LOW = 1, int HIGH = 2>
@@ -596,7 +596,7 @@ PARTIAL_SOURCE = r"""
   constexpr int WARP_TOKENS = CHUNK / SPLIT;        // tokens of each chunk one warp reads
   constexpr int STEP = WARP_TOKENS < 32 ? WARP_TOKENS : 32;
   constexpr int NT = STEP / 8;                      // score tiles (8 tokens) per step
-  // HEADS_ON_N (int8 pages, at most 8 heads a block, the host's choice): the
+  // HEADS_ON_N (quantized pages, at most 8 heads a block, the host's choice): the
   // products transposed, S^T = K Q^T and O^T = V^T P^T, so a KV head's few
   // query heads are an n8 tile's columns, not 4 of an m16 tile's 16 rows:
   // half the mma's, half the softmax a lane, half the accumulators.

@@ -114,7 +114,7 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
                                                      ("int4", 64, "float32")])
 def test_transposed_kernels_fit_their_resident_blocks(tmp_path, pool, head_dim, q_dtype):
     # Quantized pages under at most 8 heads a block (HEADS_ON_N): the heads
-    # an n8 tile's columns hold a quarter of the accumulators and half of q's
+    # an n8 tile's columns hold half the accumulators and half of q's
     # fragments the m16 layout does, so the blocks the tile plan counts on
     # (tile_plan.transposed_resident_blocks: int8 five, int4 four) fit an SM
     # by registers and by staging memory, without spills, at the engine's
