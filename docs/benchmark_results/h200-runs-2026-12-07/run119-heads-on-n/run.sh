@@ -11,6 +11,7 @@
 #                  int8's blocks four an SM (INT8_BLOCKS=4: more shared memory asked) -> widths-4/
 #   run.sh bench   issue 26's kernel cell (8192 shared x 32, bf16 / int8 / int4, flat and cascade), main's kernels
 #                  and the branch's, one process each -> bench-main/, bench-branch/
+#   run.sh vscale  (made, not run) vscale.patch against this code, int8 flat side by side -> vscale/
 #   run.sh kernel  issue 26's kernel cell (run 102's `kernel` mode: 8192 shared x 32, two reads) -> kernel-N/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
 # Ran on an H100 (no H200 came): check (out-h100/), then after the scale-half change ab and widths (out-h100-2/),
@@ -52,6 +53,15 @@ bench)
     grep -E "^\| (bf16|int8|int4)" $out/attention_bench.md
   done
   ln -sfn $PWD/kernels /tmp/mlxcel-shim/mlxcel/kernels ;;
+vscale)
+  # Made, not run: vscale.patch (int8's value scales on the weights in the transposed step, the codes exact to the
+  # mma: no HMUL2 on the values; 94 registers) against this code in one process (run 118's variants.py).
+  mkdir -p $OUT/vscale; cp kernels/cuda.py kernels/cuda_main.py
+  patch -s -o kernels/cuda_vscale.py kernels/cuda.py $D/vscale.patch || exit 1
+  MLXCEL_KERNELS=fused timeout 300 python3 docs/benchmark_results/h200-runs-2026-12-07/run118-conversions/variants.py \
+    /tmp/vscale vscale=cuda_vscale > $OUT/vscale/variants.log 2>&1
+  echo "vscale exit $? at $SECONDS s"; cp /tmp/vscale/* $OUT/vscale/ 2>/dev/null; cat $OUT/vscale/variants.md
+  grep "difference" $OUT/vscale/variants.log; rm kernels/cuda_main.py kernels/cuda_vscale.py ;;
 kernel|kv)
   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh $1 ;;
 esac
