@@ -219,16 +219,12 @@ def wave_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int, res
         return longest
     narrowest = min(longest, max(1, -(-min_tokens // block_size)))
     slots = resident * MULTIPROCESSORS
-    best, best_fill = longest, 0.0
-    for k in range(1, longest // narrowest + 1):
-        width = -(-longest // k)
-        blocks = int((-(-pages // width)).sum()) * blocks_per_tile
-        if k > 1 and blocks > 2 * slots:
-            break
-        fill = blocks / (-(-blocks // slots) * slots)
-        if fill > best_fill:
-            best, best_fill = width, fill
-    return best
+    # Every cut at once (a replan on the decode path, up to longest / narrowest cuts).
+    cuts = np.arange(1, longest // narrowest + 1)
+    widths = -(-longest // cuts)
+    blocks = (-(-pages[None, :] // widths[:, None])).sum(axis=1) * blocks_per_tile
+    fill = np.where((cuts == 1) | (blocks <= 2 * slots), blocks / (-(-blocks // slots) * slots), 0.0)
+    return int(widths[np.argmax(fill)])           # the first best: the widest
 
 
 def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int,

@@ -183,8 +183,8 @@ def test_each_formats_warpgroup_block_fits_an_sm(tmp_path, pool, head_dim, full)
 
 
 def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> str:
-    """The private level's unit that merges ``depths`` levels (q and the output bf16; int8 pages' products
-    transposed, as the host launches them for 8 heads or fewer a block)."""
+    """The private level's unit that merges ``depths`` levels (q and the output bf16; quantized pages'
+    products transposed, as the host launches them for 8 heads or fewer a block)."""
     p = cuda.KERNELS.platform
     quantized = pool in CODE_DTYPES
     element = CODE_DTYPES.get(pool, pool)
@@ -196,7 +196,7 @@ def merged_unit(pool: str, head_dim: int, depths: int, member_is_row: bool) -> s
         [(n, dtypes.get(n, "float16" if n.endswith(("scales", "zeros")) else "float32")) for n in names],
         [("out", "bfloat16")],
         [("T", element), ("TQ", "bfloat16"), ("D", head_dim), ("BLOCK", 32), ("WM", 1), ("STACKED", False),
-         ("HEADS_ON_N", pool == "int8"), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", p.stages),
+         ("HEADS_ON_N", quantized), ("WARPS", p.warps), ("CHUNK", p.chunk_tokens), ("STAGES", p.stages),
          ("SCALE_BITS", fused.scale_bits(head_dim ** -0.5)), ("DEPTHS", depths), ("MEMBER_IS_ROW", member_is_row),
          ("TO", "bfloat16")])
 

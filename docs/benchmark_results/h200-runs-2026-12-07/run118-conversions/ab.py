@@ -4,6 +4,7 @@ branch's as kernels/cuda_main.py (run.sh copies main_cuda.py there), each with i
 At each cell bf16, int8 and int4 pages: bf16's and int4's states (o, lse) checked bit for bit against main's (only
 the copies' instructions differ), int8's within float16 rounding of main's (its operands round otherwise: the
 relative error of o and the largest lse difference are printed), then all timed side by side (measure_all).
+ROUNDED names the pools checked within rounding (run 119's ab.py adds int4).
 
     python ab.py OUTDIR [SHAREDxBATCH ...]
 """
@@ -20,6 +21,7 @@ from mlxcel.kernels import cuda, cuda_main
 from mlxcel.kernels.kv_quant import FORMATS, QuantizedPages, quantize
 
 TAIL = 64
+ROUNDED = ("int8",)        # pools whose states are checked within float16 rounding; the others bit for bit
 
 
 def arms_of(cell: Cell) -> dict:
@@ -43,12 +45,12 @@ def arms_of(cell: Cell) -> dict:
             outputs[impl] = launch(cell.query(0, None), k_pools[s], v_pools[s], cell.csr.last_page_len)
             mx.eval(outputs[impl])
         (o_main, lse_main), (o_branch, lse_branch) = outputs["main"], outputs["branch"]
-        if dtype == "int8":
+        if dtype in ROUNDED:
             o_error = (mx.linalg.norm(o_branch - o_main) / mx.linalg.norm(o_main)).item()
             lse_error = mx.abs(lse_branch - lse_main).max().item()
-            print(f"int8: o relative difference {o_error:.2e}, lse largest difference {lse_error:.2e}", flush=True)
+            print(f"{dtype}: o relative difference {o_error:.2e}, lse largest difference {lse_error:.2e}", flush=True)
             if not (o_error < 3e-3 and lse_error < 3e-3):
-                raise SystemExit("int8: the branch's states are further from main's than float16 rounding")
+                raise SystemExit(f"{dtype}: the branch's states are further from main's than float16 rounding")
         elif not all(mx.array_equal(w, g, equal_nan=True).item() for w, g in zip(outputs["main"], outputs["branch"])):
             raise SystemExit(f"{dtype}: the branch's states differ from main's")
     return arms
@@ -62,7 +64,7 @@ def main() -> None:
     for shared, batch in cells:
         cell = Cell(shared, TAIL, batch)
         arms = arms_of(cell)
-        print(f"{shared}x{batch}: bf16 and int4 bit for bit main's, int8 within rounding", flush=True)
+        print(f"{shared}x{batch}: {', '.join(ROUNDED)} within rounding of main's, the others bit for bit", flush=True)
         timed = measure_all(arms, 11)
         report[f"{shared}x{batch}"] = timed
         lines += [f"\n{shared} shared x {batch} (tail {TAIL}; partial launch only)", "",
