@@ -34,6 +34,9 @@ TARGET_BLOCKS = 528
 # three (tests/test_fused_sources.py).
 TRANSPOSED_MAX_HEADS = 8
 MULTIPROCESSORS = 132     # an H100's or H200's (SXM)
+# A transposed launch's cut is the fewest tiles a row whose blocks fill this
+# much of their waves (wave_width).
+WAVE_FILL = 0.75
 
 # Cascade level 0 (many stacked heads, one long row) wants fewer: every
 # extra tile adds its heads' partial states to write and fold. Measured on the
@@ -206,11 +209,13 @@ def wave_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int, res
     row where that alone offers TARGET_BLOCKS blocks (no merge); else, of the
     widths that cut the longest row into 1, 2, ... even tiles (none under
     ``min_tokens`` unless the longest row is shorter) and take at most two
-    waves of blocks, the one whose blocks fill their waves best (blocks /
-    (waves x resident blocks)), the wider of equals. A last wave of a few
-    blocks costs a block's whole time: measured on an H100 (run 119, the
-    transposed int8 kernel at 8192 x 32), TARGET_BLOCKS' 768 blocks on 660
-    slots (1.16 waves) took 0.177 ms, 512 (0.78) 0.137, 1280 (1.94) 0.140."""
+    waves of blocks, the widest whose blocks fill at least WAVE_FILL of their
+    waves (blocks / (waves x resident blocks)), or the best filled if none
+    does. A last wave of a few blocks costs a block's whole time, and each
+    more tile a row costs a merge input and a tile's prologue: measured on an
+    H100 (run 119, the transposed int8 kernel at 8192 x 32, 660 slots),
+    TARGET_BLOCKS' 768 blocks (1.16 waves) took 0.177 ms, 512 (0.78) 0.137,
+    1280 (0.97 of two) 0.140; at 32768 x 32, 0.649, 0.469 and 0.481."""
     pages = num_pages[num_pages > 0].astype(np.int64)
     if len(pages) == 0:
         return 1
@@ -224,7 +229,8 @@ def wave_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int, res
     widths = -(-longest // cuts)
     blocks = (-(-pages[None, :] // widths[:, None])).sum(axis=1) * blocks_per_tile
     fill = np.where((cuts == 1) | (blocks <= 2 * slots), blocks / (-(-blocks // slots) * slots), 0.0)
-    return int(widths[np.argmax(fill)])           # the first best: the widest
+    filled = np.flatnonzero(fill >= WAVE_FILL)
+    return int(widths[filled[0] if len(filled) else np.argmax(fill)])     # argmax: the first best, the widest
 
 
 def fused_tiles(csr: PagedCsrView, chunk_pages: int | None, layout: HeadLayout, kv_heads: int,
