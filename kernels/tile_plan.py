@@ -29,7 +29,7 @@ TARGET_BLOCKS = 528
 
 # Quantized pages under at most this many query heads a block run the partial
 # kernel's products transposed (CUDA's HEADS_ON_N: the heads an n8 tile's
-# columns, not rows of an m16 tile): at D = 128 int8's kernel holds 95
+# columns, not rows of an m16 tile): at D = 128 int8's kernel holds 94
 # registers a lane, five blocks an SM, int4's 127, four; the m16 kernels hold
 # three (tests/test_fused_sources.py).
 TRANSPOSED_MAX_HEADS = 8

@@ -1,12 +1,16 @@
-# Run 120: main as it stands (transposed quantized kernels, tiles cut to the fewest filling 3/4 of their waves)
-# read for both issues' verdicts. Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w;
-# each mode one call, on one warm machine.
+# Run 120: main (transposed quantized kernels, tiles cut to the fewest filling 3/4 of their waves) read for both
+# issues' verdicts, and int8's value scales on the softmax weights (run 119's vscale.patch) tried beside it.
+# Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call, on one warm
+# machine.
 #   run.sh read    the int8 and int4 fused-kernel and quantized-KV GPU tests under NaN poisoning -> tests/, then
 #                  issue 26's kernel cell (8192 shared x 32, bf16 / int8 / int4, flat and cascade) -> kernel/
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
 #   run.sh e2e     issue 18's cell (run 102's `e2e a` mode: 32 x 8K, cascade and flat ABBA, mlx-lm's arm on an
 #                  H200) -> e2e-a/
 #   run.sh vscale  run 119's vscale.patch (int8's value scales on P) against this code, int8 flat -> vscale/
+# Ran on an H100 (no H200 came): `read; vscale` in one call (out-h100/; the tests cut by their timeout after 143
+# passed); then, vscale.patch applied on the machine first (`patch -s kernels/cuda.py ...`; committed after), `kv`
+# and the GPU tests by dtype: pytest as in `read` with -k int8, then -k int4 (out-h100-vscale/). Not run: e2e.
 set -u
 source benchmarks/device_env.sh || exit 1
 case $1 in
