@@ -699,6 +699,12 @@ PARTIAL_SOURCE = r"""
   const int g_half = g & 1 ? scale_half[1] : scale_half[0];
 
   constexpr int ACC_TILES = HEADS_ON_N ? D / 16 : DT;   // HEADS_ON_N: O^T's m16 tiles of dims
+  // HEADS_ON_N, int8: a weight times its token's value scale is rounded to
+  // float16, lifted by this power of two so that small ones stay normal (a
+  // weight of 2^-10 against a scale of 2^-10: 2^-20 would be subnormal), the
+  // sums taken down again at the write. At most 127: the lifted product stays
+  // below the largest value a code times its scale could be.
+  constexpr float VALUE_LIFT = 64.f;
   float acc[ACC_TILES][4];
   #pragma unroll
   for (int dt = 0; dt < ACC_TILES; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
@@ -830,7 +836,8 @@ PARTIAL_SOURCE = r"""
           // its k pairs. int4: dequantized with their tokens' scales and zeros
           // of group c. int8: exact float16 integers, a token's scale riding
           // on its weights (tokens g and g + 8, of one parity: one multiply a
-          // weight, not one HMUL2 a code pair; 1.02-1.04x, H100 run 120). int8:
+          // weight, not one HMUL2 a code pair; 1.02-1.04x, H100 run 120),
+          // lifted by VALUE_LIFT into float16's normal range. int8:
           // unit c's dims 16 c + 2 g and + 1 are rows g and g + 8 of tile c;
           // int4: its dims 32 c + 4 g + 2 v and + 1 those of tile 2 c + v (see 5).
           #pragma unroll
@@ -839,8 +846,8 @@ PARTIAL_SOURCE = r"""
             float low = 1.f, high = 1.f;
             if constexpr (!Format::AFFINE) {
               const __half* value_scales = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + g_half;
-              low = __half2float(value_scales[2 * (tile0 + g)]);
-              high = __half2float(value_scales[2 * (tile0 + g + 8)]);
+              low = __half2float(value_scales[2 * (tile0 + g)]) * VALUE_LIFT;
+              high = __half2float(value_scales[2 * (tile0 + g + 8)]) * VALUE_LIFT;
             }
             const uint32_t b0 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][0] * low, st[mt][1] * low));
             const uint32_t b1 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][2] * high, st[mt][3] * high));
@@ -1088,11 +1095,12 @@ PARTIAL_SOURCE = r"""
         warp_max[warp * 16 + 2 * tig + j] = row_max[j];
         warp_sum[warp * 16 + 2 * tig + j] = row_sum[j];
       }
+      constexpr float unlift = Format::AFFINE ? 1.f : 1.f / VALUE_LIFT;   // exact: a power of two
       #pragma unroll
       for (int u = 0; u < ACC_TILES; ++u) {
         const int dim = Format::AFFINE ? 32 * (u >> 1) + 4 * g + 2 * (u & 1) : 16 * u + 2 * g;
         *reinterpret_cast<float2*>(warp_acc + (warp * 16 + 2 * tig + j) * D + dim) =
-            make_float2(acc[u][j], acc[u][2 + j]);
+            make_float2(acc[u][j] * unlift, acc[u][2 + j] * unlift);
       }
     }
   } else if (active) {
