@@ -836,7 +836,7 @@ PARTIAL_SOURCE = r"""
           // its k pairs. int4: dequantized with their tokens' scales and zeros
           // of group c. int8: exact float16 integers, a token's scale riding
           // on its weights (tokens g and g + 8, of one parity: one multiply a
-          // weight, not one HMUL2 a code pair; 1.02-1.04x, H100 run 120),
+          // weight, not one HMUL2 a code pair; 1.02-1.04x on an H100),
           // lifted by VALUE_LIFT into float16's normal range. int8:
           // unit c's dims 16 c + 2 g and + 1 are rows g and g + 8 of tile c;
           // int4: its dims 32 c + 4 g + 2 v and + 1 those of tile 2 c + v (see 5).

@@ -213,7 +213,7 @@ def wave_width(num_pages: np.ndarray, blocks_per_tile: int, block_size: int, res
     waves (blocks / (waves x resident blocks)), or the best filled if none
     does. A last wave of a few blocks costs a block's whole time, and each
     more tile a row costs a merge input and a tile's prologue: measured on an
-    H100 (run 119, the transposed int8 kernel at 8192 x 32, 660 slots),
+    H100 (the transposed int8 kernel at 8192 x 32, 660 slots),
     TARGET_BLOCKS' 768 blocks (1.16 waves) took 0.177 ms, 512 (0.78) 0.137,
     1280 (0.97 of two) 0.140; at 32768 x 32, 0.649, 0.469 and 0.481."""
     pages = num_pages[num_pages > 0].astype(np.int64)
