@@ -7,7 +7,8 @@
 #   run.sh kv      issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages) -> kv/
 #   run.sh e2e     issue 18's cell (run 102's `e2e a` mode: 32 x 8K, cascade and flat ABBA, mlx-lm's arm on an
 #                  H200) -> e2e-a/
-#   run.sh vscale  run 119's vscale.patch (int8's value scales on P) against this code, int8 flat -> vscale/
+#   run.sh vscale  run 119's `vscale` mode: its vscale.patch (int8's value scales on P) against this code, int8
+#                  flat -> vscale/
 # Ran on an H100 (no H200 came): `read; vscale` in one call (out-h100/; the tests cut by their timeout after 143
 # passed); then, vscale.patch applied on the machine first (`patch -s kernels/cuda.py ...`; committed after), `kv`
 # and the GPU tests by dtype: pytest as in `read` with -k int8, then -k int4 (out-h100-vscale/). Not run: e2e.
@@ -28,11 +29,5 @@ kv)
 e2e)
   bash docs/benchmark_results/h200-runs-2026-12-06/run102-h200-read/run.sh e2e a ;;
 vscale)
-  D=docs/benchmark_results/h200-runs-2026-12-07/run119-heads-on-n
-  mkdir -p $OUT/vscale; cp kernels/cuda.py kernels/cuda_main.py
-  patch -s -o kernels/cuda_vscale.py kernels/cuda.py $D/vscale.patch || exit 1
-  MLXCEL_KERNELS=fused timeout 300 python3 docs/benchmark_results/h200-runs-2026-12-07/run118-conversions/variants.py \
-    /tmp/vscale vscale=cuda_vscale > $OUT/vscale/variants.log 2>&1
-  echo "vscale exit $? at $SECONDS s"; cp /tmp/vscale/* $OUT/vscale/ 2>/dev/null; cat $OUT/vscale/variants.md
-  grep "difference" $OUT/vscale/variants.log; rm kernels/cuda_main.py kernels/cuda_vscale.py ;;
+  bash docs/benchmark_results/h200-runs-2026-12-07/run119-heads-on-n/run.sh vscale ;;
 esac
