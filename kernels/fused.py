@@ -380,10 +380,10 @@ class FusedKernels:
         """Whether this platform runs a partial launch's products transposed."""
         return self.platform.transposes and transposed(layout.heads, quant, stacked)
 
-    def flat_resident(self, layout: HeadLayout, quant: KVQuant | None) -> int | None:
+    def flat_resident(self, layout: HeadLayout, quant: KVQuant | None, head_dim: int) -> int | None:
         """Blocks an SM of an unstacked launch whose tiles are cut by the
         waves they fill (the transposed kernels); None: by TARGET_BLOCKS."""
-        return transposed_resident_blocks(quant) if self.transposed(layout, quant, False) else None
+        return transposed_resident_blocks(quant, head_dim) if self.transposed(layout, quant, False) else None
 
     def partial_launch(self, shape: AttentionShape, tiles: int, layout: HeadLayout, stacked: bool,
                        stages: int | None = None, merge: tuple[int, bool] | None = None) -> Launch:
@@ -481,7 +481,7 @@ class FusedKernels:
         if unsupported(shape):
             return portable.prepare_partial(csr, shape, chunk_pages)
         layout = head_layout(shape.group, self.platform.warps)
-        resident = self.flat_resident(layout, shape.kv_quant)
+        resident = self.flat_resident(layout, shape.kv_quant, shape.head_dim)
         plan = fused_tiles(csr, chunk_pages, layout, shape.kv_heads, resident=resident)
         return FusedPartial(self, self.partial_launch(shape, plan.num_tiles, layout, stacked=False), plan,
                             csr.indices, csr.num_rows)
@@ -533,8 +533,8 @@ class FusedKernels:
     def cascade_levels(self, q_heads: int, kv_heads: int, private: PagedCsrView, levels,
                        level0_pages: int | None = None, level0_warps_m: int | None = None,
                        level0_warps: int | None = None, quant: KVQuant | None = None,
-                       warpgroup: bool = False) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
-                                                         tuple[HeadLayout, TilePlan]]:
+                       warpgroup: bool = False, head_dim: int = 128) -> tuple[tuple[tuple[HeadLayout, TilePlan], ...],
+                                                                              tuple[HeadLayout, TilePlan]]:
         """(head layout, tiles) of each depth (every member's heads stacked,
         ``levels`` as prepare_cascade takes them) and of the private level.
         ``level0_pages`` fixes the stacked levels' tile width,
@@ -543,7 +543,9 @@ class FusedKernels:
         blocks' warps (benchmark sweeps). ``warpgroup``: the stacked levels
         of more than two warps' heads run on the warpgroup kernel (a
         warpgroup: 64 heads, a warp's 16 each; fewer heads would leave most
-        rows empty), up to the format's WARPGROUP_BLOCKS a block."""
+        rows empty), up to the format's WARPGROUP_BLOCKS a block.
+        ``head_dim``: quantized pages' private level is cut by the waves of
+        its kernel's resident blocks at that head dim."""
         group = q_heads // kv_heads
         stacked = []
         for view, members in levels:
@@ -558,7 +560,7 @@ class FusedKernels:
             target = LEVEL0_TARGET_BLOCKS * self.platform.warps // warps
             stacked.append((layout, fused_tiles(view, level0_pages, layout, kv_heads, target)))
         flat = head_layout(group, self.platform.warps)
-        plan_private = fused_tiles(private, None, flat, kv_heads, resident=self.flat_resident(flat, quant))
+        plan_private = fused_tiles(private, None, flat, kv_heads, resident=self.flat_resident(flat, quant, head_dim))
         return tuple(stacked), (flat, plan_private)
 
     def prepare_cascade(self, shape: AttentionShape, rows: int, private: PagedCsrView, levels,
@@ -578,7 +580,7 @@ class FusedKernels:
         warpgroup = self.takes_warpgroup(shape, level0_warps_m, level0_warps)
         stacked, (flat, plan_private) = self.cascade_levels(hq, hkv, private, levels if reuse is None else (),
                                                             level0_pages, level0_warps_m, level0_warps, quant,
-                                                            warpgroup)
+                                                            warpgroup, d)
         level_map = np.zeros((rows, len(levels), 3), np.int32)
         fused_levels = []
         for depth, ((view, members), (layout, plan)) in enumerate(zip(levels, stacked)):

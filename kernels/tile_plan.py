@@ -30,8 +30,8 @@ TARGET_BLOCKS = 528
 # Quantized pages under at most this many query heads a block run the partial
 # kernel's products transposed (CUDA's HEADS_ON_N: the heads an n8 tile's
 # columns, not rows of an m16 tile): at D = 128 int8's kernel holds 94
-# registers a lane, five blocks an SM, int4's 127, four; the m16 kernels hold
-# three (tests/test_fused_sources.py).
+# registers a lane, five blocks an SM, int4's 127, four (D = 64: seven and
+# six); the m16 kernels hold three (tests/test_fused_sources.py).
 TRANSPOSED_MAX_HEADS = 8
 MULTIPROCESSORS = 132     # an H100's or H200's (SXM)
 # A transposed launch's cut is the fewest tiles a row whose blocks fill this
@@ -105,8 +105,12 @@ def transposed(heads: int, quant: KVQuant | None, stacked: bool) -> bool:
     return quant is not None and not stacked and heads <= TRANSPOSED_MAX_HEADS
 
 
-def transposed_resident_blocks(quant: KVQuant) -> int:
-    """Blocks of a transposed launch resident on a multiprocessor at D = 128."""
+def transposed_resident_blocks(quant: KVQuant, head_dim: int) -> int:
+    """Blocks of a transposed launch resident on a multiprocessor, by its
+    registers (tests/test_fused_sources.py): at D = 128 int8 five, int4 four;
+    at D = 64 (72 and 75 registers a lane) seven and six."""
+    if head_dim <= 64:
+        return 6 if quant.affine else 7
     return 4 if quant.affine else 5
 
 

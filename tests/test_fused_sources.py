@@ -115,17 +115,19 @@ def test_quantized_partial_kernel_fits_three_blocks_per_sm(tmp_path, pool, head_
 def test_transposed_kernels_fit_their_resident_blocks(tmp_path, pool, head_dim, q_dtype):
     # Quantized pages under at most 8 heads a block (HEADS_ON_N): the heads
     # an n8 tile's columns hold half the accumulators and half of q's
-    # fragments the m16 layout does, so the blocks the tile plan counts on
-    # (tile_plan.transposed_resident_blocks: int8 five, int4 four) fit an SM
-    # by registers and by staging memory, without spills, at the engine's
-    # pages of 32 (int8 pages of 16 take 98 registers: four blocks).
+    # fragments the m16 layout does. The blocks the tile plan counts on
+    # (tile_plan.transposed_resident_blocks) are the ones an SM holds, by
+    # registers and by staging memory, without spills, at the engine's pages
+    # of 32 (int8 pages of 16 take 98 registers: four blocks): no more (their
+    # waves would be short) and no fewer (the cut would count slots too few).
     quant = INT8 if pool == "int8" else INT4
-    blocks = tile_plan.transposed_resident_blocks(quant)
+    blocks = tile_plan.transposed_resident_blocks(quant, head_dim)
     unit = partial_unit(pool, head_dim, 1, q_dtype=q_dtype, heads_on_n=True)
     registers, spills = resources(compile_unit(unit, tmp_path, "sm_90a"))
     assert spills == 0
-    assert blocks * block_registers(registers) <= 65536
-    assert blocks * cuda.KERNELS.platform.staging_bytes(head_dim, 4, quant) <= 227 * 1024
+    by_registers = 65536 // block_registers(registers)
+    by_memory = 227 * 1024 // (cuda.KERNELS.platform.staging_bytes(head_dim, 4, quant) + 1024)   # + the block's 1 KB
+    assert blocks == min(by_registers, by_memory)
 
 
 def warpgroup_unit(pool: str, head_dim: int, stages: int, q_dtype: str, warps: int) -> str:
@@ -614,8 +616,9 @@ def test_only_cuda_transposes_and_cuts_those_launches_by_waves():
     assert cuda.KERNELS.transposed(few, INT8, False) and cuda.KERNELS.transposed(few, INT4, False)
     assert not cuda.KERNELS.transposed(few, INT8, True) and not cuda.KERNELS.transposed(many, INT8, False)
     assert not cuda.KERNELS.transposed(few, None, False) and not metal.KERNELS.transposed(few, INT8, False)
-    assert cuda.KERNELS.flat_resident(few, INT8) == 5 and cuda.KERNELS.flat_resident(few, INT4) == 4
-    assert cuda.KERNELS.flat_resident(few, None) is None and metal.KERNELS.flat_resident(few, INT8) is None
+    assert cuda.KERNELS.flat_resident(few, INT8, 128) == 5 and cuda.KERNELS.flat_resident(few, INT4, 128) == 4
+    assert cuda.KERNELS.flat_resident(few, INT8, 64) == 7 and cuda.KERNELS.flat_resident(few, INT4, 64) == 6
+    assert cuda.KERNELS.flat_resident(few, None, 128) is None and metal.KERNELS.flat_resident(few, INT8, 128) is None
 
 
 def test_metal_sizes_its_state_rows_as_the_host_does():
