@@ -107,8 +107,8 @@ def transposed(heads: int, quant: KVQuant | None, stacked: bool) -> bool:
 
 def transposed_resident_blocks(quant: KVQuant, head_dim: int) -> int:
     """Blocks of a transposed launch resident on a multiprocessor, by its
-    registers (tests/test_fused_sources.py): at D = 128 int8 five, int4 four;
-    at D = 64 (72 and 75 registers a lane) seven and six."""
+    registers and staging memory (tests/test_fused_sources.py): at D = 128
+    int8 five, int4 four; at D = 64 (72 and 75 registers a lane) seven and six."""
     if head_dim <= 64:
         return 6 if quant.affine else 7
     return 4 if quant.affine else 5
