@@ -746,13 +746,17 @@ PARTIAL_SOURCE = r"""
           // chains of k-steps for two mma's in flight.
           constexpr int UNITS = ROW_BYTES / 16;
           constexpr int ROW_HALVES = SCALE_BYTES / 2;   // int4: a token's scales (zeros), a group each
+          // This lane's address in a 16-token tile for ldmatrix: its row
+          // (tokens 0..7, 8..15) and unit (m, m + 1).
+          auto matrix_row = [&](const unsigned char* codes, int tile0) {
+            return codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+          };
           float st[MT][4];          // tokens g, g + 8 (of the tile) x heads 2 tig, 2 tig + 1
           #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             float chain[2][4] = {};
             const int tile0 = token0 + mt * 16;
-            const unsigned char* key_row =
-                key_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+            const unsigned char* key_row = matrix_row(key_codes, tile0);
             #pragma unroll
             for (int m = 0; m < UNITS; m += 2) {
               uint32_t w[4];
@@ -843,19 +847,17 @@ PARTIAL_SOURCE = r"""
           #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const int tile0 = token0 + mt * 16;
+            const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES);
             float low = 1.f, high = 1.f;
             if constexpr (!Format::AFFINE) {
-              const __half* value_scales = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES) + g_half;
-              low = __half2float(value_scales[2 * (tile0 + g)]) * VALUE_LIFT;
-              high = __half2float(value_scales[2 * (tile0 + g + 8)]) * VALUE_LIFT;
+              low = __half2float(scales_of[2 * (tile0 + g) + g_half]) * VALUE_LIFT;
+              high = __half2float(scales_of[2 * (tile0 + g + 8) + g_half]) * VALUE_LIFT;
             }
             const uint32_t b0 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][0] * low, st[mt][1] * low));
             const uint32_t b1 = mlxcel::transposed(mlxcel::Mma<TM>::pack(st[mt][2] * high, st[mt][3] * high));
-            const int pair = tile0 + 2 * tig;
-            const __half* scales_of = reinterpret_cast<const __half*>(scale_rows + CHUNK * SCALE_BYTES);
+            const int pair = tile0 + 2 * tig;      // int4: this lane's tokens (its k pairs)
             const __half* zeros_of = reinterpret_cast<const __half*>(scale_rows + 3 * CHUNK * SCALE_BYTES);
-            const unsigned char* value_row =
-                value_codes + (tile0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CODE_STRIDE + (lane >> 4) * 16;
+            const unsigned char* value_row = matrix_row(value_codes, tile0);
             #pragma unroll
             for (int c = 0; c < UNITS; c += 2) {
               uint32_t w[4];
