@@ -1,7 +1,9 @@
 # Run 121: main as it stands read for both issues' verdicts, made for an H200 (none has come since run 102). Device
 # calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call, on one warm machine,
 # in this order (the most needed first: a session's 30 device minutes hold the install and about four modes).
-# Ran on an H100 (out-h100/): read, kbias, int4 and kv (one call), ncu; not yet on an H200.
+# Ran on an H100 (out-h100/): read, kbias, int4 and kv (one call), ncu. Then an H200 came (out-h200/) with 7.5
+# device minutes left: run 102's kernel and kv modes in one call (kv/e2e_bench.md rebuilt from its JSON here by
+# gpu_e2e_bench.markdown: the call's file count left it behind).
 #   run.sh read    the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning (the value scales' lift by
 #                  64 not yet run on a GPU; on an H100 ~190 s) -> tests-int8/; then run 102's `kernel` mode (issue
 #                  26's kernel cell, 8192 shared x 32, bf16 / int8 / int4, flat and cascade, two reads) -> kernel-N/
