@@ -4,11 +4,14 @@ cascade step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near
 Arms (each a cascade step; "level 0" arms the stacked launch alone):
 - bf16, main; int8, main (a ring of 3 chunks, two operand pairs: the producers convert one chunk ahead);
 - int8 ring4: main's kernel on a ring of 4 (one more chunk in flight);
-- int8 pairs3: pairs3_cuda_warpgroup.py (beside this file): three operand pairs, the producers convert up to two
-  chunks ahead of the consumers; ring 3, and ring 4.
+- int8 pairs3 (pairs3_cuda_warpgroup.py beside this file): three operand pairs, the producers convert up to two
+  chunks ahead of the consumers;
+- int8 rows (rows_cuda_warpgroup.py): the conversion's threads mapped so that a phase of 8 stores one piece of 8
+  rows (distinct bank groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart:
+  the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both.
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
-int8 arm must equal int8 main bit for bit (the same products in another order of chunks' hand-over), and int8 main
-be within the codes' rounding of bf16 flat.
+int8 arm must equal int8 main bit for bit (the same products, the chunks handed over in another order or by other
+threads), and int8 main be within the codes' rounding of bf16 flat.
 
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
@@ -30,6 +33,12 @@ SETS = 2
 TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative error ~1e-2)
 
 
+# arm: (its kernel's module beside this file, None: main's; its ring of chunks, None: main's)
+INT8_ARMS = {"main": (None, None), "ring4": (None, 4), "pairs3": ("pairs3", None), "rows": ("rows", None),
+             "rows pairs3": ("rows_pairs3", None), "rows pairs3 ring4": ("rows_pairs3", 4)}
+LEVEL0_ARMS = ("main", "rows pairs3")
+
+
 class Pairs3Platform(fused.Platform):
     """The CUDA platform with a third operand pair in producer blocks' shared memory."""
 
@@ -38,15 +47,16 @@ class Pairs3Platform(fused.Platform):
         return super().warpgroup_staging_bytes(head_dim, warps, stages, quant) + extra
 
 
-def pairs3_kernels() -> fused.FusedKernels:
-    spec = importlib.util.spec_from_file_location("pairs3", Path(__file__).parent / "pairs3_cuda_warpgroup.py")
+def variant_kernels(name: str) -> fused.FusedKernels:
+    """The CUDA kernels with NAME_cuda_warpgroup.py's level-0 kernel in their library."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}_cuda_warpgroup.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     p = cuda.KERNELS.platform
     assert p.header.count(cuda_warpgroup.WARPGROUP_PARTIAL_SOURCE) == 1
     values = {f.name: getattr(p, f.name) for f in fields(p)}
     values["header"] = p.header.replace(cuda_warpgroup.WARPGROUP_PARTIAL_SOURCE, module.WARPGROUP_PARTIAL_SOURCE)
-    return fused.FusedKernels(Pairs3Platform(**values))
+    return fused.FusedKernels((Pairs3Platform if "pairs3" in name else fused.Platform)(**values))
 
 
 def pool_sets(cell: Cell) -> dict:
@@ -62,13 +72,14 @@ def pool_sets(cell: Cell) -> dict:
     return pools
 
 
-def arms_of(cell: Cell, pairs3: fused.FusedKernels) -> tuple[dict, dict]:
+def arms_of(cell: Cell, variants: dict) -> tuple[dict, dict]:
     pools = pool_sets(cell)
     _, layout, private = cell.cascade_views
     queries = [cell.queries[0]] + [mx.random.normal(cell.queries[0].shape).astype(DTYPE) for _ in range(SETS - 1)]
     mx.eval(queries)
-    plans = [("bf16", "main", cuda.KERNELS, None), ("int8", "main", cuda.KERNELS, None),
-             ("int8", "ring4", cuda.KERNELS, 4), ("int8", "pairs3", pairs3, None), ("int8", "pairs3 ring4", pairs3, 4)]
+    plans = [("bf16", "main", cuda.KERNELS, None)] + [
+        ("int8", name, variants[module] if module else cuda.KERNELS, stages)
+        for name, (module, stages) in INT8_ARMS.items()]
     arms = {}
     for dtype, name, kernels, stages in plans:
         k_pools, v_pools = pools[dtype]
@@ -82,7 +93,7 @@ def arms_of(cell: Cell, pairs3: fused.FusedKernels) -> tuple[dict, dict]:
         def call(i, dep=None, step=step, k_pools=k_pools, v_pools=v_pools):
             return step(q_of(i, dep), k_pools[i % SETS], v_pools[i % SETS], private.last_page_len)
         arms[f"{dtype} cascade, {name}"] = call
-        if name in ("main", "pairs3"):
+        if name in LEVEL0_ARMS and not (dtype == "bf16" and name != "main"):
             level = step.levels[0]
 
             def level0(i, dep=None, level=level, kernels=kernels, k_pools=k_pools, v_pools=v_pools):
@@ -96,8 +107,9 @@ def arms_of(cell: Cell, pairs3: fused.FusedKernels) -> tuple[dict, dict]:
     for name, call in arms.items():
         if name.startswith("int8 cascade") and name != "int8 cascade, main":
             checks[f"{name} == main"] = mx.array_equal(call(0), reference).item()
-    checks["int8 level 0, pairs3 == main"] = mx.array_equal(arms["int8 level 0, pairs3"](0),
-                                                            arms["int8 level 0, main"](0)).item()
+    for name in LEVEL0_ARMS[1:]:
+        checks[f"int8 level 0, {name} == main"] = mx.array_equal(arms[f"int8 level 0, {name}"](0),
+                                                                 arms["int8 level 0, main"](0)).item()
     return arms, checks
 
 
@@ -106,12 +118,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     once = "--once" in sys.argv
     cells = [tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c] or [(32768, 32), (8192, 32)]
-    pairs3 = pairs3_kernels()
+    variants = {module: variant_kernels(module) for module, _ in INT8_ARMS.values() if module}
     report, lines = {}, []
     for shared, batch in cells:
         cell = Cell(shared, TAIL, batch)
         assert (BLOCK, HKV, D) == (32, 8, 128)
-        arms, checks = arms_of(cell, pairs3)
+        arms, checks = arms_of(cell, variants)
         print(f"{shared} x {batch}: {checks}", flush=True)
         bad = {k: v for k, v in checks.items() if v is not True and not (isinstance(v, float) and v <= TOLERANCE)}
         if bad:
