@@ -4,8 +4,8 @@
 # the conversion (probe.py says each).
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; one warm machine.
 #   run.sh probe     probe.py: the cascade step and level 0 alone, every arm side by side -> probe/
-#   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16, int8 main, ring4, pairs3, rows, rows pairs3; caches
-#                    flushed, as the engine's layers find them): details and int8's SASS with samples -> ncu/
+#   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16, int8 main, ring4, pairs3, rows, rows
+#                    pairs3; caches flushed, as the engine's layers find them): details, SASS with samples -> ncu/
 #   run.sh profile   run 122's step profile (32 x 32K, bf16 and int8 pages) -> profile/
 set -u
 source benchmarks/device_env.sh || exit 1
