@@ -8,7 +8,10 @@ Arms (each a cascade step; "level 0" arms the stacked launch alone):
   chunks ahead of the consumers;
 - int8 rows (rows_cuda_warpgroup.py): the conversion's threads mapped so that a phase of 8 stores one piece of 8
   rows (distinct bank groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart:
-  the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both.
+  the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both;
+- int8 late (late_cuda_warpgroup.py): the producers issue a chunk's refill after its conversion's fence and
+  hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which may wait for the thread's copies in flight
+  (then main's producers wait each chunk for the copies they just issued); late rows pairs3: with both above.
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
 int8 arm must equal int8 main bit for bit (the same products, the chunks handed over in another order or by other
 threads), and int8 main be within the codes' rounding of bf16 flat.
@@ -35,8 +38,9 @@ TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative
 
 # arm: (its kernel's module beside this file, None: main's; its ring of chunks, None: main's)
 INT8_ARMS = {"main": (None, None), "ring4": (None, 4), "pairs3": ("pairs3", None), "rows": ("rows", None),
-             "rows pairs3": ("rows_pairs3", None), "rows pairs3 ring4": ("rows_pairs3", 4)}
-LEVEL0_ARMS = ("main", "rows pairs3")
+             "rows pairs3": ("rows_pairs3", None), "rows pairs3 ring4": ("rows_pairs3", 4), "late": ("late", None),
+             "late rows pairs3": ("late_rows_pairs3", None)}
+LEVEL0_ARMS = ("main", "rows pairs3", "late", "late rows pairs3")
 
 
 class Pairs3Platform(fused.Platform):

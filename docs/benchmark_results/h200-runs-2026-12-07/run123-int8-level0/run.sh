@@ -1,11 +1,11 @@
 # Run 123: int8's stacked level against bf16's at 32768 and 8192 shared x 32 (run 121: an H200's cascade int8 step
 # 5-10% longer than bf16's at 32K, an H100's at parity), and two changes to int8's level: a ring of 4 chunks, and
 # three operand pairs (the producers convert up to two chunks ahead, not one), and conflict-free float16 stores in
-# the conversion (probe.py says each).
+# the conversion, and the producers' refill after their fence (probe.py says each).
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; one warm machine.
 #   run.sh probe     probe.py: the cascade step and level 0 alone, every arm side by side -> probe/
-#   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16, int8 main, ring4, pairs3, rows, rows
-#                    pairs3; caches flushed, as the engine's layers find them): details, SASS with samples -> ncu/
+#   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16 and the int8 arms but the last;
+#                    caches flushed, as the engine's layers find them): details, SASS with samples -> ncu/
 #   run.sh profile   run 122's step profile (32 x 32K, bf16 and int8 pages) -> profile/
 set -u
 source benchmarks/device_env.sh || exit 1
@@ -18,7 +18,7 @@ probe)
   grep "==" $OUT/probe/probe.log | cut -c1-400; tail -2 $OUT/probe/probe.log | cut -c1-400 ;;
 ncu)
   mkdir -p $OUT/ncu
-  MLXCEL_KERNELS=fused timeout 400 ncu --set full --section SourceCounters -k regex:warpgroup -c 6 -o /tmp/level0 -f \
+  MLXCEL_KERNELS=fused timeout 400 ncu --set full --section SourceCounters -k regex:warpgroup -c 8 -o /tmp/level0 -f \
     python3 $D/probe.py /tmp/ncu --once 32768x32 > $OUT/ncu/ncu.log 2>&1
   echo "ncu exit $? at $SECONDS s"; tail -3 $OUT/ncu/ncu.log | cut -c1-300
   ncu -i /tmp/level0.ncu-rep --print-details all > $OUT/ncu/details.txt 2>&1
