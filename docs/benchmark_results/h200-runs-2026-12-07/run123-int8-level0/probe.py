@@ -1,5 +1,6 @@
 """int8's stacked level (cascade level 0) against bf16's, and two changes to int8's, in one process: the fused
-cascade step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near the end-to-end cell's rows).
+cascade step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near the end-to-end cell's rows), and
+32768 x 16 (64 stacked heads: blocks of one warpgroup).
 
 Arms (each a cascade step; "level 0" arms the stacked launch alone):
 - bf16, main; int8, main (a ring of 3 chunks, two operand pairs: the producers convert one chunk ahead);
@@ -11,7 +12,9 @@ Arms (each a cascade step; "level 0" arms the stacked launch alone):
   the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both;
 - int8 late (late_cuda_warpgroup.py): the producers issue a chunk's refill after its conversion's fence and
   hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which may wait for the thread's copies in flight
-  (then main's producers wait each chunk for the copies they just issued); late rows pairs3: with both above.
+  (then main's producers wait each chunk for the copies they just issued); late rows pairs3: with both above;
+  late1 (late1_cuda_warpgroup.py): late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a
+  chunk before its refill, without the fence after the copies land (their codes are read by the conversion).
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
 int8 arm must equal int8 main bit for bit (the same products, the chunks handed over in another order or by other
 threads), and int8 main be within the codes' rounding of bf16 flat.
@@ -39,8 +42,8 @@ TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative
 # arm: (its kernel's module beside this file, None: main's; its ring of chunks, None: main's)
 INT8_ARMS = {"main": (None, None), "ring4": (None, 4), "pairs3": ("pairs3", None), "rows": ("rows", None),
              "rows pairs3": ("rows_pairs3", None), "rows pairs3 ring4": ("rows_pairs3", 4), "late": ("late", None),
-             "late rows pairs3": ("late_rows_pairs3", None)}
-LEVEL0_ARMS = ("main", "rows pairs3", "late", "late rows pairs3")
+             "late rows pairs3": ("late_rows_pairs3", None), "late1": ("late1", None)}
+LEVEL0_ARMS = ("main", "rows pairs3", "late", "late rows pairs3", "late1")
 
 
 class Pairs3Platform(fused.Platform):
@@ -121,7 +124,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     once = "--once" in sys.argv
-    cells = [tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c] or [(32768, 32), (8192, 32)]
+    cells = [tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c] or [(32768, 32), (8192, 32), (32768, 16)]
     variants = {module: variant_kernels(module) for module, _ in INT8_ARMS.values() if module}
     report, lines = {}, []
     for shared, batch in cells:

@@ -9,9 +9,16 @@
 #   run.sh profile   run 122's step profile (32 x 32K, bf16 and int8 pages) -> profile/
 #   run.sh e2e V     the end-to-end cell at 32 x 32K, bf16 and int8 pages (run 102's `kv`), with V_cuda_warpgroup.py
 #                    as the kernels' (V with pairs3: three operand pairs in fused's staging bytes too) -> e2e-V/
+#   run.sh tests V   the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning, with V's kernel -> tests-V/
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run123-int8-level0
+apply() {    # variant $1's level-0 kernel in place of main's (pairs3: three operand pairs in fused's bytes too)
+  cp kernels/cuda_warpgroup.py /tmp/cuda_warpgroup.py; cp kernels/fused.py /tmp/fused.py
+  cp $D/$1_cuda_warpgroup.py kernels/cuda_warpgroup.py
+  case $1 in *pairs3*) sed -i 's/pairs = 2 if has_producer/pairs = 3 if has_producer/' kernels/fused.py ;; esac
+}
+restore() { cp /tmp/cuda_warpgroup.py kernels/cuda_warpgroup.py; cp /tmp/fused.py kernels/fused.py; }
 case $1 in
 probe)
   mkdir -p $OUT/probe
@@ -29,15 +36,16 @@ ncu)
     $OUT/ncu/details.txt | head -60
   gzip -f $OUT/ncu/details.txt $OUT/ncu/sass.csv ;;
 e2e)
-  out=$OUT/e2e-$2; mkdir -p $out
-  cp kernels/cuda_warpgroup.py /tmp/cuda_warpgroup.py; cp kernels/fused.py /tmp/fused.py
-  cp $D/$2_cuda_warpgroup.py kernels/cuda_warpgroup.py
-  case $2 in *pairs3*) sed -i 's/pairs = 2 if has_producer/pairs = 3 if has_producer/' kernels/fused.py ;; esac
+  out=$OUT/e2e-$2; mkdir -p $out; apply $2
   timeout 400 python3 benchmarks/gpu_e2e_bench.py --out /tmp/e2e-$2 --shared 32768 --kv-dtypes bfloat16,int8 \
     --skip-mlx-lm > $out/e2e.log 2>&1
   echo "e2e $2 exit $? at $SECONDS s"; cp /tmp/e2e-$2/e2e_bench.json /tmp/e2e-$2/e2e_bench.md $out/ 2>/dev/null
-  cp /tmp/cuda_warpgroup.py kernels/cuda_warpgroup.py; cp /tmp/fused.py kernels/fused.py
-  grep "^| " $out/e2e_bench.md ;;
+  restore; grep "^| " $out/e2e_bench.md ;;
+tests)
+  out=$OUT/tests-$2; mkdir -p $out; apply $2
+  MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan timeout 300 python3 -m pytest -q tests/test_fused_kernels.py \
+    tests/test_quantized_kv.py -k "int8" > $out/pytest.txt 2>&1
+  echo "tests $2 exit $? at $SECONDS s"; restore; tail -3 $out/pytest.txt | cut -c1-300 ;;
 profile)
   bash docs/benchmark_results/h200-runs-2026-12-07/run122-h200-int8-32k/run.sh profile ;;
 esac
