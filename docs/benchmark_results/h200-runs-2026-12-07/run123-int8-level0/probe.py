@@ -124,7 +124,8 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     once = "--once" in sys.argv
-    cells = [tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c] or [(32768, 32), (8192, 32), (32768, 16)]
+    cells = ([tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c]
+             or [(32768, 32), (8192, 32), (32768, 16)])
     variants = {module: variant_kernels(module) for module, _ in INT8_ARMS.values() if module}
     report, lines = {}, []
     for shared, batch in cells:
