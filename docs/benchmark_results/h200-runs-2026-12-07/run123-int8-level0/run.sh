@@ -10,6 +10,9 @@
 #   run.sh e2e V     the end-to-end cell at 32 x 32K, bf16 and int8 pages (run 102's `kv`), with V_cuda_warpgroup.py
 #                    as the kernels' (V with pairs3: three operand pairs in fused's staging bytes too) -> e2e-V/
 #   run.sh tests V   the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning, with V's kernel -> tests-V/
+#   run.sh first     probe, then the int8 arm of a module fastest at 32768 x 32, if 2% or more faster than main,
+#                    into /tmp/best (the machine's idle release leaves no time to read the probe between calls)
+#   run.sh best      tests and e2e with /tmp/best's module
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run123-int8-level0
@@ -46,6 +49,21 @@ tests)
   MLXCEL_KERNELS=fused MLXCEL_POISON_OUTPUTS=nan timeout 300 python3 -m pytest -q tests/test_fused_kernels.py \
     tests/test_quantized_kv.py -k "int8" > $out/pytest.txt 2>&1
   echo "tests $2 exit $? at $SECONDS s"; restore; tail -3 $out/pytest.txt | cut -c1-300 ;;
+first)
+  bash $D/run.sh probe
+  python3 - $OUT/probe/probe.json > /tmp/best <<'PY'
+import json, sys
+timed = json.load(open(sys.argv[1]))["32768x32"]["timed"]
+main = timed["int8 cascade, main"]["s"]
+modules = {"pairs3": "pairs3", "rows": "rows", "rows pairs3": "rows_pairs3", "late": "late",
+           "late rows pairs3": "late_rows_pairs3", "late1": "late1"}
+s, name = min((timed[f"int8 cascade, {arm}"]["s"], arm) for arm in modules)
+print(modules[name] if s < 0.98 * main else "", end="")
+PY
+  echo "best: '$(cat /tmp/best)'" ;;
+best)
+  b=$(cat /tmp/best); [ -n "$b" ] || { echo "no arm 2% faster than main"; exit 0; }
+  bash $D/run.sh tests $b; bash $D/run.sh e2e $b ;;
 profile)
   bash docs/benchmark_results/h200-runs-2026-12-07/run122-h200-int8-32k/run.sh profile ;;
 esac
