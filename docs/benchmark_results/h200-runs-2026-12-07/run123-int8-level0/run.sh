@@ -12,7 +12,7 @@
 #   run.sh tests V   the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning, with V's kernel -> tests-V/
 #   run.sh first     probe, then the int8 arm of a module fastest at 32768 x 32, if 2% or more faster than main,
 #                    into /tmp/best (the machine's idle release leaves no time to read the probe between calls)
-#   run.sh best      tests and e2e with /tmp/best's module
+#   run.sh best      tests and e2e with /tmp/best's module (none: the ncu mode)
 set -u
 source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run123-int8-level0
@@ -62,7 +62,7 @@ print(modules[name] if s < 0.98 * main else "", end="")
 PY
   echo "best: '$(cat /tmp/best)'" ;;
 best)
-  b=$(cat /tmp/best); [ -n "$b" ] || { echo "no arm 2% faster than main"; exit 0; }
+  b=$(cat /tmp/best); [ -n "$b" ] || { echo "no arm 2% faster than main: ncu instead"; bash $D/run.sh ncu; exit 0; }
   bash $D/run.sh tests $b; bash $D/run.sh e2e $b ;;
 profile)
   bash docs/benchmark_results/h200-runs-2026-12-07/run122-h200-int8-32k/run.sh profile ;;
