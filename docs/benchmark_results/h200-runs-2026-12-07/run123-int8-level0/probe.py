@@ -11,8 +11,9 @@ Arms (each a cascade step; "level 0" arms the stacked launch alone):
   rows (distinct bank groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart:
   the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both;
 - int8 late (late_cuda_warpgroup.py): the producers issue a chunk's refill after its conversion's fence and
-  hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which may wait for the thread's copies in flight
-  (then main's producers wait each chunk for the copies they just issued); late rows pairs3: with both above;
+  hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which might wait for the thread's copies in flight
+  (then main's producers would wait each chunk for the copies they just issued; run 85's ncu read of the
+  one-producer kernel counted no membar stalls, so unlikely: this arm settles it); late rows pairs3: with both;
   late1 (late1_cuda_warpgroup.py): late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a
   chunk before its refill, without the fence after the copies land (their codes are read by the conversion).
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
