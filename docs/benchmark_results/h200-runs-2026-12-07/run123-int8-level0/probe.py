@@ -2,19 +2,19 @@
 cascade step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near the end-to-end cell's rows), and
 32768 x 16 (64 stacked heads: blocks of one warpgroup).
 
-Arms (each a cascade step; "level 0" arms the stacked launch alone):
+Arms (each a cascade step; "level 0" arms the stacked launch alone; the variants' edits in variants.py):
 - bf16, main; int8, main (a ring of 3 chunks, two operand pairs: the producers convert one chunk ahead);
 - int8 ring4: main's kernel on a ring of 4 (one more chunk in flight);
-- int8 pairs3 (pairs3_cuda_warpgroup.py beside this file): three operand pairs, the producers convert up to two
+- int8 pairs3: three operand pairs, the producers convert up to two
   chunks ahead of the consumers;
-- int8 rows (rows_cuda_warpgroup.py): the conversion's threads mapped so that a phase of 8 stores one piece of 8
+- int8 rows: the conversion's threads mapped so that a phase of 8 stores one piece of 8
   rows (distinct bank groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart:
-  the same banks, a 2-way conflict on every float16 store); rows pairs3 (rows_pairs3_cuda_warpgroup.py): both;
-- int8 late (late_cuda_warpgroup.py): the producers issue a chunk's refill after its conversion's fence and
+  the same banks, a 2-way conflict on every float16 store); rows pairs3: both;
+- int8 late: the producers issue a chunk's refill after its conversion's fence and
   hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which might wait for the thread's copies in flight
   (then main's producers would wait each chunk for the copies they just issued; run 85's ncu read of the
   one-producer kernel counted no membar stalls, so unlikely: this arm settles it); late rows pairs3: with both;
-  late1 (late1_cuda_warpgroup.py): late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a
+  late1: late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a
   chunk before its refill, without the fence after the copies land (their codes are read by the conversion).
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
 int8 arm must equal int8 main bit for bit (the same products, the chunks handed over in another order or by other
@@ -23,9 +23,9 @@ threads), and int8 main be within the codes' rounding of bf16 flat.
     python probe.py OUTDIR [SHAREDxBATCH ...]
 """
 
-import importlib.util
 import json
 import sys
+import types
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -35,12 +35,15 @@ from gpu_attention_bench import BLOCK, DTYPE, HKV, D, Cell, depend, measure_all,
 from mlxcel.kernels import cuda, cuda_warpgroup, fused
 from mlxcel.kernels.kv_quant import FORMATS, QuantizedPages, quantize
 
+sys.path.insert(0, str(Path(__file__).parent))
+import variants  # noqa: E402  (run 123's edits to main's level-0 kernel, beside this file)
+
 TAIL = 64
 SETS = 2
 TOLERANCE = 5e-2   # int8 pages against bf16 flat: the codes' rounding (relative error ~1e-2)
 
 
-# arm: (its kernel's module beside this file, None: main's; its ring of chunks, None: main's)
+# arm: (its variant in variants.py, None: main's kernel; its ring of chunks, None: main's)
 INT8_ARMS = {"main": (None, None), "ring4": (None, 4), "pairs3": ("pairs3", None), "rows": ("rows", None),
              "rows pairs3": ("rows_pairs3", None), "rows pairs3 ring4": ("rows_pairs3", 4), "late": ("late", None),
              "late rows pairs3": ("late_rows_pairs3", None), "late1": ("late1", None)}
@@ -56,10 +59,9 @@ class Pairs3Platform(fused.Platform):
 
 
 def variant_kernels(name: str) -> fused.FusedKernels:
-    """The CUDA kernels with NAME_cuda_warpgroup.py's level-0 kernel in their library."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}_cuda_warpgroup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The CUDA kernels with variant NAME's level-0 kernel (variants.py) in their library."""
+    module = types.ModuleType(f"{name}_cuda_warpgroup")
+    exec(compile(variants.source(name), module.__name__, "exec"), module.__dict__)
     p = cuda.KERNELS.platform
     assert p.header.count(cuda_warpgroup.WARPGROUP_PARTIAL_SOURCE) == 1
     values = {f.name: getattr(p, f.name) for f in fields(p)}

@@ -7,8 +7,8 @@
 #   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16 and the int8 arms but the last;
 #                    caches flushed, as the engine's layers find them): details, SASS with samples -> ncu/
 #   run.sh profile   run 122's step profile (32 x 32K, bf16 and int8 pages) -> profile/
-#   run.sh e2e V     the end-to-end cell at 32 x 32K, bf16 and int8 pages (run 102's `kv`), with V_cuda_warpgroup.py
-#                    as the kernels' (V with pairs3: three operand pairs in fused's staging bytes too) -> e2e-V/
+#   run.sh e2e V     the end-to-end cell at 32 x 32K, bf16 and int8 pages (run 102's `kv`), with variant V's level-0
+#                    kernel (variants.py; V with pairs3: three operand pairs in fused's staging bytes too) -> e2e-V/
 #   run.sh tests V   the int8 fused-kernel and quantized-KV GPU tests under NaN poisoning, with V's kernel -> tests-V/
 #   run.sh first     probe, then the int8 arm of a module fastest at 32768 x 32, if 2% or more faster than main,
 #                    into /tmp/best (the machine's idle release leaves no time to read the probe between calls)
@@ -18,7 +18,7 @@ source benchmarks/device_env.sh || exit 1
 D=docs/benchmark_results/h200-runs-2026-12-07/run123-int8-level0
 apply() {    # variant $1's level-0 kernel in place of main's (pairs3: three operand pairs in fused's bytes too)
   cp kernels/cuda_warpgroup.py /tmp/cuda_warpgroup.py; cp kernels/fused.py /tmp/fused.py
-  cp $D/$1_cuda_warpgroup.py kernels/cuda_warpgroup.py
+  python3 $D/variants.py $1 > /tmp/variant.py && cp /tmp/variant.py kernels/cuda_warpgroup.py
   case $1 in *pairs3*) sed -i 's/pairs = 2 if has_producer/pairs = 3 if has_producer/' kernels/fused.py ;; esac
 }
 restore() { cp /tmp/cuda_warpgroup.py kernels/cuda_warpgroup.py; cp /tmp/fused.py kernels/fused.py; }
