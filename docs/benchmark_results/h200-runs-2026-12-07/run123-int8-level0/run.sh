@@ -1,7 +1,8 @@
-# Run 123: int8's stacked level against bf16's at 32768 and 8192 shared x 32 (run 121: an H200's cascade int8 step
-# 5-10% longer than bf16's at 32K, an H100's at parity), and two changes to int8's level: a ring of 4 chunks, and
-# three operand pairs (the producers convert up to two chunks ahead, not one), and conflict-free float16 stores in
-# the conversion, and the producers' refill after their fence (probe.py says each).
+# Run 123 (made, not run: no machine came this session): int8's stacked level against bf16's at 32768 and 8192
+# shared x 32 (run 121: an H200's cascade int8 step 5-10% longer than bf16's at 32K, an H100's at parity), and changes
+# to int8's level (variants.py): a ring of 4 chunks, three operand pairs (the producers convert up to two chunks
+# ahead, not one), conflict-free float16 stores in the conversion, the producers' refill after their fence
+# (probe.py says each).
 # Device calls: carry .whl-b .whl-lm after a call that copied .whl-a into /tmp/w; one warm machine.
 #   run.sh probe     probe.py: the cascade step and level 0 alone, every arm side by side -> probe/
 #   run.sh ncu       Nsight Compute over the level-0 launches at 32K (bf16 and the int8 arms but the last;
@@ -55,10 +56,10 @@ first)
 import json, sys
 timed = json.load(open(sys.argv[1]))["32768x32"]["timed"]
 main = timed["int8 cascade, main"]["s"]
-modules = {"pairs3": "pairs3", "rows": "rows", "rows pairs3": "rows_pairs3", "late": "late",
+arms = {"pairs3": "pairs3", "rows": "rows", "rows pairs3": "rows_pairs3", "late": "late",
            "late rows pairs3": "late_rows_pairs3", "late1": "late1"}
-s, name = min((timed[f"int8 cascade, {arm}"]["s"], arm) for arm in modules)
-print(modules[name] if s < 0.98 * main else "", end="")
+s, name = min((timed[f"int8 cascade, {arm}"]["s"], arm) for arm in arms)
+print(arms[name] if s < 0.98 * main else "", end="")
 PY
   echo "best: '$(cat /tmp/best)'" ;;
 best)
