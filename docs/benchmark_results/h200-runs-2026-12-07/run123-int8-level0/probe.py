@@ -1,21 +1,20 @@
-"""int8's stacked level (cascade level 0) against bf16's, and two changes to int8's, in one process: the fused
-cascade step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near the end-to-end cell's rows), and
-32768 x 16 (64 stacked heads: blocks of one warpgroup).
+"""int8's stacked level (cascade level 0) against bf16's, and changes to int8's, in one process: the fused cascade
+step and its level 0 alone, at 32768 and 8192 shared x 32 (tail 64, near the end-to-end cell's rows), and 32768 x
+16 (64 stacked heads: blocks of one warpgroup).
 
 Arms (each a cascade step; "level 0" arms the stacked launch alone; the variants' edits in variants.py):
 - bf16, main; int8, main (a ring of 3 chunks, two operand pairs: the producers convert one chunk ahead);
 - int8 ring4: main's kernel on a ring of 4 (one more chunk in flight);
-- int8 pairs3: three operand pairs, the producers convert up to two
-  chunks ahead of the consumers;
-- int8 rows: the conversion's threads mapped so that a phase of 8 stores one piece of 8
-  rows (distinct bank groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart:
-  the same banks, a 2-way conflict on every float16 store); rows pairs3: both;
-- int8 late: the producers issue a chunk's refill after its conversion's fence and
-  hand-over, not before: the fence compiles to MEMBAR.ALL.CTA, which might wait for the thread's copies in flight
-  (then main's producers would wait each chunk for the copies they just issued; run 85's ncu read of the
-  one-producer kernel counted no membar stalls, so unlikely: this arm settles it); late rows pairs3: with both;
-  late1: late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a
-  chunk before its refill, without the fence after the copies land (their codes are read by the conversion).
+- int8 pairs3: three operand pairs, the producers convert up to two chunks ahead of the consumers;
+- int8 rows: the conversion's threads mapped so that a phase of 8 stores one piece of 8 rows (distinct bank
+  groups under the swizzle), not 4 pieces of 2 column blocks of one row (8192 bytes apart: the same banks, a
+  2-way conflict on every float16 store); rows pairs3: both;
+- int8 late: the producers issue a chunk's refill after its conversion's fence and hand-over, not before: the
+  fence compiles to MEMBAR.ALL.CTA, which might wait for the thread's copies in flight (then main's producers
+  would wait each chunk for the copies they just issued; run 85's ncu read of the one-producer kernel counted no
+  membar stalls, so unlikely: this arm settles it); late rows pairs3: with both;
+- int8 late1: late, and blocks of one warpgroup (64 heads or fewer, no producers) convert a chunk before its
+  refill, without the fence after the copies land (their codes are read by the conversion).
 Two pool sets a cell, alternated, so no call reads pages the last left in L2 (as the engine's layers do). Every
 int8 arm must equal int8 main bit for bit (the same products, the chunks handed over in another order or by other
 threads), and int8 main be within the codes' rounding of bf16 flat.
@@ -82,23 +81,23 @@ def pool_sets(cell: Cell) -> dict:
     return pools
 
 
-def arms_of(cell: Cell, variants: dict) -> tuple[dict, dict]:
+def arms_of(cell: Cell, kernels_of: dict) -> tuple[dict, dict]:
     pools = pool_sets(cell)
     _, layout, private = cell.cascade_views
     queries = [cell.queries[0]] + [mx.random.normal(cell.queries[0].shape).astype(DTYPE) for _ in range(SETS - 1)]
     mx.eval(queries)
+
+    def q_of(i, dep):
+        q = queries[i % SETS]
+        return q if dep is None else depend(q, dep)
     plans = [("bf16", "main", cuda.KERNELS, None)] + [
-        ("int8", name, variants[module] if module else cuda.KERNELS, stages)
+        ("int8", name, kernels_of[module] if module else cuda.KERNELS, stages)
         for name, (module, stages) in INT8_ARMS.items()]
     arms = {}
     for dtype, name, kernels, stages in plans:
         k_pools, v_pools = pools[dtype]
         shape = replace(cell.shape, pool_dtype=k_pools[0].dtype)
         step = kernels.prepare_cascade(shape, cell.batch, private, layout.kernel_levels, level0_stages=stages)
-
-        def q_of(i, dep):
-            q = queries[i % SETS]
-            return q if dep is None else depend(q, dep)
 
         def call(i, dep=None, step=step, k_pools=k_pools, v_pools=v_pools):
             return step(q_of(i, dep), k_pools[i % SETS], v_pools[i % SETS], private.last_page_len)
@@ -129,12 +128,12 @@ def main() -> None:
     once = "--once" in sys.argv
     cells = ([tuple(int(n) for n in c.split("x")) for c in sys.argv[2:] if "x" in c]
              or [(32768, 32), (8192, 32), (32768, 16)])
-    variants = {module: variant_kernels(module) for module, _ in INT8_ARMS.values() if module}
+    kernels_of = {module: variant_kernels(module) for module, _ in INT8_ARMS.values() if module}
     report, lines = {}, []
     for shared, batch in cells:
         cell = Cell(shared, TAIL, batch)
         assert (BLOCK, HKV, D) == (32, 8, 128)
-        arms, checks = arms_of(cell, variants)
+        arms, checks = arms_of(cell, kernels_of)
         print(f"{shared} x {batch}: {checks}", flush=True)
         bad = {k: v for k, v in checks.items() if v is not True and not (isinstance(v, float) and v <= TOLERANCE)}
         if bad:
