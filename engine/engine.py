@@ -110,9 +110,14 @@ class Engine:
         self.config = config or EngineConfig()
         self.cascade = cascade or CascadeConfig.from_env()
         self.metrics = metrics or EngineMetrics()
-        geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
-                                      self.config.block_size, self.config.kv_dtype or dtype_name(loaded.dtype))
-        self.pool = BlockPool(geometry, self.config.pool_blocks(geometry))
+        try:
+            geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim,
+                                          self.config.block_size, self.config.kv_dtype or dtype_name(loaded.dtype))
+            self.pool = BlockPool(geometry, self.config.pool_blocks(geometry))
+        except ValueError:   # a pool the model cannot have: the other ranks, waiting for its facts, stop too
+            if ranks is not None:
+                ranks.call_off(model_facts(loaded))
+            raise
         # The same pages at the model's own dtype: what the snapshot and /metrics compare the format with.
         self.model_dtype_geometry = replace(geometry, dtype=loaded.dtype, quant=None)
         if ranks is not None:   # rank 0 of several: the other ranks size their pools (their own heads) alike

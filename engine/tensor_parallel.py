@@ -59,6 +59,8 @@ STOPPING_TIMEOUT = 2.0  # seconds the ranks get to answer once rank 0 is stoppin
 STEP, HEARTBEAT, STOP = 1, 2, 3
 FIRST_WORDS = 2048     # one all_sum carries a step of this many words; a longer one takes a second
 POOL_DTYPES = KV_DTYPES   # a pool's page format travels as its index here
+NO_POOL, CALLED_OFF = -1, -2   # the pool word of a rank other than 0, and of a rank 0 that refused its pool
+START_MARK = 0x6D6C7863   # leads each rank's row of the start's gather ("mlxc")
 
 
 class RankError(RuntimeError):
@@ -139,24 +141,38 @@ class Ranks:
 
     # -- start ----------------------------------------------------------------
 
-    def share_pool(self, model_facts: tuple[int, ...], pool: PoolFacts | None) -> PoolFacts:
+    def share_pool(self, model_facts: tuple[int, ...], pool: PoolFacts | None) -> PoolFacts | None:
         """Rank 0 gives its pool's facts (None elsewhere); every rank checks that
-        all loaded the same shape of model. Returns rank 0's pool facts."""
-        words = list(model_facts)
-        if pool is not None:
-            words += [pool.num_blocks, pool.block_size, POOL_DTYPES.index(pool.dtype)]
-        else:
-            words += [0, 0, 0]
+        all loaded the same shape of model. Returns rank 0's pool facts, or None
+        where rank 0 called the start off (``call_off``)."""
+        words = [pool.num_blocks, pool.block_size, POOL_DTYPES.index(pool.dtype)] if pool else [0, 0, NO_POOL]
+        table = self._gather_start(model_facts, words)
+        num_blocks, block_size, dtype = table[0][len(model_facts):].tolist()
+        self._last_message = time.monotonic()
+        self._started = False   # until the first message after this: rank 0 still sets its server up
+        return None if dtype == CALLED_OFF else PoolFacts(num_blocks, block_size, POOL_DTYPES[dtype])
+
+    def call_off(self, model_facts: tuple[int, ...]) -> None:
+        """Rank 0 refused its pool: the other ranks, waiting for its facts in
+        ``share_pool``, stop with no error of their own (rank 0 says why)."""
+        self._gather_start(model_facts, [0, 0, CALLED_OFF])
+
+    def _gather_start(self, model_facts: tuple[int, ...], words: list[int]) -> np.ndarray:
+        """Every rank's [model facts, pool words], after a mark and its rank: a
+        ring gather whose peer closed its connection can return unwritten rows
+        instead of failing (MLX 0.32), read as that peer's end, not its model."""
+        mine = mx.array([START_MARK, self.rank, *model_facts, *words], dtype=mx.int32)[None]
         with self.watch("every rank to load the model", STARTUP_TIMEOUT):
-            table = np.array(mx.distributed.all_gather(mx.array(words, dtype=mx.int32)[None], group=self.group))
+            table = np.array(mx.distributed.all_gather(mine, group=self.group))
+        for rank, row in enumerate(table):
+            if row[0] != START_MARK or row[1] != rank:
+                self.fault(f"rank {self.rank} of {self.size}: rank {rank} ended before every rank loaded the model")
+        table = table[:, 2:]
         for rank, row in enumerate(table):
             if tuple(row[:len(model_facts)]) != tuple(table[0][:len(model_facts)]):
                 raise RankError(f"rank {rank} loaded a model of another shape than rank 0's "
                                 f"({row[:len(model_facts)].tolist()} against {table[0][:len(model_facts)].tolist()})")
-        num_blocks, block_size, dtype = table[0][len(model_facts):].tolist()
-        self._last_message = time.monotonic()
-        self._started = False   # until the first message after this: rank 0 still sets its server up
-        return PoolFacts(num_blocks, block_size, POOL_DTYPES[dtype])
+        return table
 
     # -- rank 0 ---------------------------------------------------------------
 

@@ -3,8 +3,9 @@ under ``mlx.launch`` (MLX's own launcher: ring over TCP on the CPU, NCCL where
 CUDA is the device), this process watching them.
 
 The launcher's output passes through, except its per-rank exit notes and the
-ring's socket chatter: when a rank ends badly this process says so in one
-line (with the rank's own error, if it printed one) and exits 1.
+ring's socket chatter (whole or in pieces): when a rank ends badly this
+process says so in one line (with the rank's own error, if it printed one)
+and exits 1.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ LAUNCHER = "from mlx._distributed_utils.launch import main; main()"
 ENTRY = {"mlxcel-tui": "tui_main", "mlxcel": "mlxcel_main"}
 RANK_ENDED = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# The launcher prints a warning's tag and its text in separate writes, from another thread than the one that
-# passes the ranks' output on: a rank's line can land between them, after the bare tag.
-TAG_BEFORE_A_RANKS_LINE = re.compile(r"^\[WARN\](?=\S)")
+# The launcher prints a warning's tag and its text in separate writes, and the ring backend its socket messages
+# word by word ("[ring]", "Socket", "4", ...), while another thread passes the ranks' output on in whatever
+# pieces it read: a rank's line can land inside either, and the rest of the message end up a line of its own.
+WARNING_TAG = re.compile(r"^\[WARN\](?: ?(?=Error: )|(?=\S)|\s*$)")   # bare, or before a rank's line
+RING_WORDS = re.compile(r"\[ring\]|Socket|(?:Receiving from|Sending to) socket|was closed by the peer|"
+                        r"failed with errno|Too many send/recv errors\. Aborting\.\.\.|connection to a peer was lost")
+RING_NUMBERS = re.compile(r"^[\s\d]*")   # a socket's number or an errno, left at the start once the words are out
 FAILED_GRACE = 5.0  # seconds mlx.launch gets to end the other ranks once rank 0 ended badly
 # Seconds rank 0 gets once another rank failed: mlx.launch asks it to stop, and it first tells its clients (a
 # step waiting on the lost rank is a fault after tensor_parallel.STOPPING_TIMEOUT, whose error streams out).
@@ -90,15 +95,14 @@ class Ranks:
     def read(self) -> None:
         """Follow the launcher's stderr until it ends (a thread's work)."""
         for raw in self.process.stderr:
-            line = TAG_BEFORE_A_RANKS_LINE.sub("", ANSI.sub("", raw.rstrip("\n")))
-            ended = RANK_ENDED.search(line)
-            if ended:
+            line = ANSI.sub("", raw.rstrip("\n"))
+            for ended in RANK_ENDED.finditer(line):
                 code = ended.group(3)
                 if code != "0":
                     self.ended.append(f"rank {ended.group(1)} "
                                       + ("was killed" if code is None else f"exited with status {code}"))
-                continue
-            if line.startswith("[ring]") or not line.strip():
+            line = without_chatter(line)
+            if not line.strip():
                 continue
             if line.startswith("Error: "):
                 self.errors.append(line.removeprefix("Error: "))
@@ -144,6 +148,16 @@ class Ranks:
         what = "; ".join(sorted(self.ended, key=lambda e: int(e.split()[1]))) if self.ended else "a rank failed"
         cause = f" ({'; '.join(self.errors)})" if self.errors else ""
         return f"{what}{cause}; the tensor-parallel run stopped"
+
+
+def without_chatter(line: str) -> str:
+    """A line of the launcher's stderr less its exit notes, its warning tag and
+    the ring's socket messages: what a rank wrote, if anything."""
+    line = RANK_ENDED.sub("", line)
+    rest = RING_NUMBERS.sub("", RING_WORDS.sub("", line))
+    if "[ring]" in line or not rest.strip():
+        line = rest
+    return WARNING_TAG.sub("", line)
 
 
 def die_with_parent() -> None:

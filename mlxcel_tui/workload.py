@@ -34,8 +34,8 @@ def build_engine(model: str | None, cascade: bool | None, min_shared_pages: int 
     ``stage(what)`` the steps after it. With ``ranks`` (rank 0 of several),
     on this rank's shard of the model. A pool the model cannot have (a KV
     format its head dim does not fit, say) is one CliError, before the engine
-    starts anything; under tensor parallelism, before the other ranks hear of
-    a pool, so they end with rank 0."""
+    starts anything; under tensor parallelism, the other ranks are told the
+    start is off and end quietly (Ranks.call_off)."""
     import_mlx_lm()  # before any engine module imports it
     from mlxcel.engine.config import CascadeConfig, EngineConfig
     from mlxcel.engine.engine import Engine
@@ -164,6 +164,8 @@ def follow_as_rank(model: str | None, dtype: str, ranks) -> None:
 
     loaded = load_served_model(model, None if dtype == "auto" else dtype, None, lambda what: None, ranks)
     facts = ranks.share_pool(model_facts(loaded), None)
+    if facts is None:   # rank 0 refused its pool and says why
+        return
     geometry = PoolGeometry.named(loaded.num_layers, loaded.num_kv_heads, loaded.head_dim, facts.block_size,
                                   facts.dtype)
     follow(ModelRunner(loaded, BlockPool(geometry, facts.num_blocks), ranks), ranks)

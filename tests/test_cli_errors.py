@@ -186,8 +186,9 @@ def test_stats_run_refuses_the_format_as_serve_does(run_tui, head_dim_48_model, 
 
 
 def test_a_kv_format_refused_on_rank_0_ends_every_rank(mlxcel_home, head_dim_48_model):
-    """Two ranks start and load the model; rank 0 refuses the pool before it
-    tells the other rank of one: one line, and no rank is left running."""
+    """Two ranks start and load the model; rank 0 refuses the pool and calls
+    the start off: one line with rank 0's error alone (rank 1, told, ends
+    without one of its own), and no rank is left running."""
     args = [str(SCRIPTS / "mlxcel-tui"), "serve", head_dim_48_model, "--headless", "--port", "0", "--sessions", "0",
             "--tensor-parallel", "2", "--kv-dtype", "int4"]
     with subprocess.Popen(args, env=cli_env(mlxcel_home, MLXCEL_RANK_TIMEOUT="60"), stdout=subprocess.PIPE,
@@ -201,6 +202,7 @@ def test_a_kv_format_refused_on_rank_0_ends_every_rank(mlxcel_home, head_dim_48_
             kill_group(proc)
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, err
-    assert lines[0].startswith("Error: rank 0 exited with status 1") and "int4 KV pages need a head dim" in lines[0]
+    assert lines[0].startswith("Error: rank 0 exited with status 1")
+    assert "(int4 KV pages need a head dim divisible by 32, the model has 48);" in lines[0]
     assert "the tensor-parallel run stopped" in lines[0]
     assert not left, [p.cmdline() for p in left]

@@ -250,3 +250,27 @@ def test_a_ranks_error_that_lands_inside_a_launcher_warning_is_still_its_error()
     assert passed == []
     assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 1 (int4 KV pages need a head "
                                "dim divisible by 32; rank 1 lost rank 0); the tensor-parallel run stopped")
+
+
+def test_the_rings_socket_messages_in_pieces_are_dropped_around_a_ranks_lines():
+    # The ring backend writes "[ring] Socket 4 was closed by the peer" word by word: a read of rank 1's output can
+    # end inside it, and rank 0's error or the launcher's exit note land there (seen under load).
+    from mlxcel_tui.launch import Ranks
+
+    class Launcher:
+        stderr = ["[ring] Socket 4Error: int4 KV pages need a head dim divisible by 32\n",
+                  " was closed by the peer\n",
+                  "[ring] Socket\x1b[33m[WARN] Node with rank 0 exited with code 1 \x1b[0m\n", " 4 was closed by the peer\n",
+                  "[ring] Receiving from socket 5 failed with errno 104\n", "[ring] Too many send/recv errors. Aborting...\n",
+                  "\x1b[33m[WARN] Error: rank 1 of 2: rank 0 ended\n", " Node with rank 1 exited with code 3 \x1b[0m\n",
+                  "  File \"x.py\", line 3: Socket 8000 in use\n"]
+
+        def wait(self):
+            return 1
+
+    passed = []
+    ranks = Ranks(process=Launcher(), on_line=passed.append)
+    ranks.read()
+    assert passed == ["  File \"x.py\", line 3: Socket 8000 in use"]   # a rank's own line, indented, kept whole
+    assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 3 (int4 KV pages need a head "
+                               "dim divisible by 32; rank 1 of 2: rank 0 ended); the tensor-parallel run stopped")
