@@ -4,7 +4,6 @@ that dies or hangs."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
