@@ -273,3 +273,65 @@ def test_the_rings_socket_messages_in_pieces_are_dropped_around_a_ranks_lines():
     assert passed == ["  File \"x.py\", line 3: Socket 8000 in use"]   # a rank's own line, indented, kept whole
     assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 3 (int4 KV pages need a head "
                                "dim divisible by 32; rank 1 of 2: rank 0 ended); the tensor-parallel run stopped")
+
+
+class Fault(Exception):
+    pass
+
+
+@pytest.fixture
+def rank_1_of_2(monkeypatch):
+    """Rank 1 of two as Ranks sees it, its start gather answered with rank 0's row given (and its own), its faults
+    raised here instead of ending the process."""
+    import mlx.core as mx
+    from mlxcel.engine import tensor_parallel as tp
+
+    ranks = tp.Ranks(mx.distributed.init(), "ring", 5.0)
+    ranks.rank, ranks.size = 1, 2
+
+    def answer(rank_0_row):
+        gathered = lambda mine, group: mx.concatenate([mx.array([rank_0_row], dtype=mx.int32), mine])
+        monkeypatch.setattr(tp.mx.distributed, "all_gather", gathered)
+
+    def fault(message):
+        raise Fault(message)
+
+    monkeypatch.setattr(ranks, "fault", fault)
+    return ranks, answer
+
+
+FACTS = (2, 4, 2, 32, 512)
+
+
+def test_the_start_gives_every_rank_rank_0s_pool(rank_1_of_2):
+    from mlxcel.engine.tensor_parallel import POOL_DTYPES, START_MARK, PoolFacts
+
+    ranks, answer = rank_1_of_2
+    answer([START_MARK, 0, *FACTS, 300, 32, POOL_DTYPES.index("int8")])
+    assert ranks.share_pool(FACTS, None) == PoolFacts(300, 32, "int8")
+
+
+def test_a_start_rank_0_called_off_ends_the_others_without_an_error(rank_1_of_2):
+    from mlxcel.engine.tensor_parallel import CALLED_OFF, START_MARK
+
+    ranks, answer = rank_1_of_2
+    answer([START_MARK, 0, *FACTS, 0, 0, CALLED_OFF])
+    assert ranks.share_pool(FACTS, None) is None
+
+
+def test_rank_0_gone_mid_start_is_a_fault_not_another_model(rank_1_of_2):
+    # MLX 0.32's ring gather can return a closed peer's row unwritten instead of failing (these words were seen).
+    ranks, answer = rank_1_of_2
+    answer([0, 0, -1129699184, 32746, 0, 0, 0, 0, 0, 0])
+    with pytest.raises(Fault, match="^rank 1 of 2: rank 0 ended before every rank loaded the model$"):
+        ranks.share_pool(FACTS, None)
+
+
+def test_a_rank_with_another_model_is_refused(rank_1_of_2):
+    from mlxcel.engine.tensor_parallel import START_MARK, RankError
+
+    ranks, answer = rank_1_of_2
+    answer([START_MARK, 0, 2, 4, 2, 64, 512, 300, 32, 0])
+    with pytest.raises(RankError, match=r"rank 1 loaded a model of another shape than rank 0's \(\[2, 4, 2, 32, 512\] "
+                                        r"against \[2, 4, 2, 64, 512\]\)"):
+        ranks.share_pool(FACTS, None)
