@@ -30,7 +30,7 @@ between S and the softmax). Where the partial kernel converts the staged codes
 in every head-splitting warp, once for each 16 heads, this converts them once
 for 64 or 128. Blocks of two warpgroups get two more, the producers (as
 FlashAttention-3 specializes warps): they stage and convert each chunk into
-one of three operand pairs while the two consumers' products and softmaxes
+one of two operand pairs while the two consumers' products and softmaxes
 run, and named barriers hand each pair over and back, so the consumers never
 wait on a block-wide barrier. A conversion phase's 8 threads store one 16-byte
 piece of 8 rows, distinct banks under the swizzle (a phase storing one row's
@@ -164,22 +164,20 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   constexpr int Q_BYTES = 64 * D * 2, KV_BYTES = CHUNK * D * 2;  // a warpgroup's Q; a chunk's K (or V)
   // The ring's chunks: 16-bit K and V in the MMA's layouts, or int8 pages'
   // stage (the partial kernel's: code rows 16 bytes apart, then scales)
-  // beside the converted operands: three pairs where a producer converts
+  // beside the converted operands: two pairs where a producer converts
   // (below), one in a block of one warpgroup, converted at its chunk's start
   // by the whole block (two would leave its SM one block).
   constexpr int CODE_STRIDE = ROW_BYTES + 16;
   constexpr int STAGE_BYTES = QUANTIZED ? mlxcel::ScaleRows<false, D>::template STAGE<CHUNK, CODE_STRIDE> : 2 * KV_BYTES;
   // int8 blocks of two warpgroups: two more, the producers, stage and
-  // convert chunks into three operand pairs while the two consumers' products
+  // convert chunks into two operand pairs while the two consumers' products
   // and softmaxes run (named barriers FULL + pair and EMPTY + pair hand a
-  // pair over and back): they run up to two chunks ahead, as the consumers'
-  // time a chunk varies. The launch adds its threads: fused.block_threads.
+  // pair over and back). The launch adds its threads: fused.block_threads.
   constexpr bool PRODUCER = QUANTIZED && WARPS >= 8;
   constexpr int PRODUCER_THREADS = PRODUCER ? 256 : 0;     // two warpgroups: fused.block_threads adds them
   constexpr int COPY_THREADS = PRODUCER ? PRODUCER_THREADS : THREADS;   // the threads that stage and convert
-  constexpr int PAIRS = PRODUCER ? 3 : 1;      // fused.PRODUCER_PAIRS
-  constexpr int PRODUCER_BARRIER = 1, CONSUMER_BARRIER = 2, FULL = 3, EMPTY = FULL + PAIRS;
-  constexpr int OPERAND_BYTES = QUANTIZED ? 2 * PAIRS * KV_BYTES : 0;
+  constexpr int PRODUCER_BARRIER = 1, CONSUMER_BARRIER = 2, FULL = 3, EMPTY = 5;
+  constexpr int OPERAND_BYTES = QUANTIZED ? (PRODUCER ? 4 : 2) * KV_BYTES : 0;
   const float scale = __int_as_float(SCALE_BITS);
   const float neg_inf = -mlxcel::infinity();
 
@@ -301,28 +299,29 @@ WARPGROUP_PARTIAL_SOURCE = r"""
   };
   if constexpr (PRODUCER) {
     if (producer) {   // each chunk: landed, the next staged, its pair free again, converted, handed over
-      int buffer = 0, pair = 0;
+      int buffer = 0;
       for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
         const int n = chunk - chunk_begin;
         mlxcel::copy_wait<STAGES - 2>();
         mlxcel::barrier_sync(PRODUCER_BARRIER, PRODUCER_THREADS);
         copies.template refill<STAGES>(chunk, chunk_end, buffer, pages, stage);
-        if (n >= PAIRS) mlxcel::barrier_sync(EMPTY + pair, THREADS + PRODUCER_THREADS);
-        convert(buffer, pair);
-        mlxcel::barrier_arrive(FULL + pair, THREADS + PRODUCER_THREADS);
+        if (n >= 2) mlxcel::barrier_sync(EMPTY + (n & 1), THREADS + PRODUCER_THREADS);
+        convert(buffer, n & 1);
+        mlxcel::barrier_arrive(FULL + (n & 1), THREADS + PRODUCER_THREADS);
         buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
-        pair = pair + 1 == PAIRS ? 0 : pair + 1;
       }
       return;
     }
     mlxcel::async_proxy_fence();                   // Q in view of the consumers' MMAs
     mlxcel::barrier_sync(CONSUMER_BARRIER, THREADS);
   }
-  int buffer = 0, pair = 0;
+  int buffer = 0;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     // This chunk landed, in view of the MMA (PRODUCER: converted into its
     // pair). The buffer staged next was read by MMAs waited for last chunk
     // (int8: by its conversion).
+    const int n = chunk - chunk_begin;
+    const int pair = PRODUCER ? n & 1 : 0;
     if constexpr (PRODUCER) {
       mlxcel::barrier_sync(FULL + pair, THREADS + PRODUCER_THREADS);
     } else {
@@ -397,9 +396,8 @@ WARPGROUP_PARTIAL_SOURCE = r"""
     mlxcel::mma_commit();
     mlxcel::mma_wait();
     mlxcel::mma_settle(acc);
-    if (PRODUCER && chunk + PAIRS < chunk_end) mlxcel::barrier_arrive(EMPTY + pair, THREADS + PRODUCER_THREADS);
+    if (PRODUCER && chunk + 2 < chunk_end) mlxcel::barrier_arrive(EMPTY + pair, THREADS + PRODUCER_THREADS);
     buffer = buffer + 1 == STAGES ? 0 : buffer + 1;
-    pair = pair + 1 == PAIRS ? 0 : pair + 1;
   }
 
   // ---- 5. write: each warp's 16 rows straight from its accumulators ----

@@ -67,9 +67,6 @@ QUANTIZED_HEAD_DIMS = (64, 128)
 # A staged code row's padding: rows an odd number of 16-byte units apart, so
 # ldmatrix's eight row addresses hit distinct banks.
 CODE_ROW_PAD = 16
-# Converted K/V chunks a warpgroup block's producers hold for its consumers (cuda_warpgroup's PAIRS): two
-# chunks ahead of the one being read, so a consumer chunk that runs long does not stall the conversion.
-PRODUCER_PAIRS = 3
 MERGE_THREADS = 128
 # Floats a warp's state row holds in shared memory besides its D accumulators:
 # the row's max, its sum, and its weight in the merge of the token-splitting warps.
@@ -99,9 +96,8 @@ WARPGROUP_BLOCKS = {None: (1, None), "int8": (2, 3)}
 
 def has_producer(warps: int, quant: KVQuant | None) -> bool:
     """Whether a warpgroup block of ``warps`` gets producer warpgroups that
-    stage and convert its chunks into PRODUCER_PAIRS operand pairs
-    (cuda_warpgroup's PRODUCER): quantized pages' blocks of two or more
-    warpgroups."""
+    stage and convert its chunks into two operand pairs (cuda_warpgroup's
+    PRODUCER): quantized pages' blocks of two or more warpgroups."""
     return quant is not None and warps >= 8
 
 
@@ -267,14 +263,14 @@ class Platform:
         each and the ring's K and V chunks, unpadded (the layouts' swizzle
         spreads the banks), and the slack that starts them on a 1024-byte
         boundary (the swizzle's period). int8 pages: the ring holds the
-        partial kernel's stages, beside one chunk's K and V converted
-        (PRODUCER_PAIRS chunks' where a producer converts)."""
+        partial kernel's stages, beside one chunk's K and V converted (two
+        chunks' where a producer converts)."""
         rows = warps // 4 * WARPGROUP_ROWS
         chunk, stages = self.chunk_tokens, stages or self.stages
         if quant is None:
             return (rows + 2 * stages * chunk) * head_dim * 2 + 1024
         code_stage = 2 * chunk * (quant.code_width(head_dim) + CODE_ROW_PAD + staged_scale_bytes(quant, head_dim))
-        pairs = PRODUCER_PAIRS if has_producer(warps, quant) else 1
+        pairs = 2 if has_producer(warps, quant) else 1
         return (rows + 2 * pairs * chunk) * head_dim * 2 + stages * code_stage + 1024
 
     def staging_bytes(self, head_dim: int, warps: int, quant: KVQuant | None = None,

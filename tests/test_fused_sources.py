@@ -646,10 +646,9 @@ def test_quantized_staging_counts_codes_rows_and_scales():
     assert p.staging_bytes(128, 4, INT4) == states > 2 * 64 * (2 * 80 + 4 * 8)
     assert p.staging_bytes(128, 4, INT8) < p.staging_bytes(128, 4)
     # The warpgroup kernel's int8 ring holds the same stages beside Q and one chunk's converted K and V (blocks of
-    # two warpgroups: three chunks', the producers' operand pairs).
+    # two warpgroups: two chunks').
     assert p.warpgroup_staging_bytes(128, 4, quant=INT8) == (64 + 2 * 64) * 128 * 2 + 2 * 64 * (2 * 144 + 2 * 4) + 1024
-    assert p.warpgroup_staging_bytes(128, 8, quant=INT8) == (128 + 6 * 64) * 128 * 2 + 2 * 64 * (2 * 144 + 2 * 4) + 1024
-    assert f"PAIRS = PRODUCER ? {fused.PRODUCER_PAIRS} : 1;" in cuda.WARPGROUP_PARTIAL_SOURCE
+    assert p.warpgroup_staging_bytes(128, 8, quant=INT8) == (128 + 4 * 64) * 128 * 2 + 2 * 64 * (2 * 144 + 2 * 4) + 1024
     for name in ("BYTES = AFFINE ? D / 32 * 2 : 4", "ARRAYS = AFFINE ? 4 : 2"):
         assert name in cuda.LIBRARY                  # ScaleRows, the stage's scales both kernels copy and read
     assert "CODE_STRIDE = ROW_BYTES + 16" in cuda.PARTIAL_SOURCE

@@ -1,4 +1,4 @@
-# Run 123 (read on an H100 the next session: out-h100/; rows_pairs3 is main since; variants.py edits main as of
+# Run 123 (read on an H100 the next session: out-h100/; rows is main since; variants.py edits main as of
 # 9240ccb): int8's stacked level against bf16's at 32768 and 8192
 # shared x 32 (run 121: an H200's cascade int8 step 5-10% longer than bf16's at 32K, an H100's at parity), and changes
 # to int8's level (variants.py): a ring of 4 chunks, three operand pairs (the producers convert up to two chunks
