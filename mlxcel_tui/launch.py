@@ -153,11 +153,12 @@ class Ranks:
 def without_chatter(line: str) -> str:
     """A line of the launcher's stderr less its exit notes, its warning tag and
     the ring's socket messages: what a rank wrote, if anything."""
-    line = RANK_ENDED.sub("", line)
-    rest = RING_NUMBERS.sub("", RING_WORDS.sub("", line))
-    if "[ring]" in line or not rest.strip():
-        line = rest
-    return WARNING_TAG.sub("", line)
+    # A rank's error is kept whole from its "Error: " on: its message can quote the ring's own.
+    head, error, tail = RANK_ENDED.sub("", line).partition("Error: ")
+    rest = RING_NUMBERS.sub("", RING_WORDS.sub("", head))
+    if "[ring]" in head or not rest.strip():
+        head = rest
+    return WARNING_TAG.sub("", head + error + tail)
 
 
 def die_with_parent() -> None:

@@ -53,7 +53,8 @@ class ServeProcess:
                                      preexec_fn=preexec_fn, start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.url = self._wait_for_url(timeout)
 
     def _read(self) -> None:
@@ -76,7 +77,10 @@ class ServeProcess:
         raise RuntimeError("serve did not start:\n" + "".join(self.stderr))
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
+        """The exit status, once the lines it wrote last are in ``stderr`` too."""
+        status = self.proc.wait(timeout)
+        self._reader.join(5)
+        return status
 
     def kill(self) -> None:
         kill_group(self.proc)

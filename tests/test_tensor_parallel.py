@@ -261,7 +261,8 @@ def test_the_rings_socket_messages_in_pieces_are_dropped_around_a_ranks_lines():
                   " was closed by the peer\n",
                   "[ring] Socket\x1b[33m[WARN] Node with rank 0 exited with code 1 \x1b[0m\n", " 4 was closed by the peer\n",
                   "[ring] Receiving from socket 5 failed with errno 104\n", "[ring] Too many send/recv errors. Aborting...\n",
-                  "\x1b[33m[WARN] Error: rank 1 of 2: rank 0 ended\n", " Node with rank 1 exited with code 3 \x1b[0m\n",
+                  "\x1b[33m[WARN] Error: rank 1 of 2: [ring] connection to a peer was lost\n",
+                  " Node with rank 1 exited with code 3 \x1b[0m\n",
                   "  File \"x.py\", line 3: Socket 8000 in use\n"]
 
         def wait(self):
@@ -272,7 +273,8 @@ def test_the_rings_socket_messages_in_pieces_are_dropped_around_a_ranks_lines():
     ranks.read()
     assert passed == ["  File \"x.py\", line 3: Socket 8000 in use"]   # a rank's own line, indented, kept whole
     assert ranks.failure() == ("rank 0 exited with status 1; rank 1 exited with status 3 (int4 KV pages need a head "
-                               "dim divisible by 32; rank 1 of 2: rank 0 ended); the tensor-parallel run stopped")
+                               "dim divisible by 32; rank 1 of 2: [ring] connection to a peer was lost); the "
+                               "tensor-parallel run stopped")
 
 
 class Fault(Exception):
