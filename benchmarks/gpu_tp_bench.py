@@ -36,7 +36,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mlx.core as mx  # noqa: E402
-import numpy as np  # noqa: E402
 from mlx_lm.utils import _get_classes, load_config, load_tokenizer  # noqa: E402
 
 from gpu_e2e_bench import prompts, release, run_engine, teacher_forced  # noqa: E402

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 # The float32 checks assert float32 arithmetic (1e-5 against float64). MLX
@@ -12,6 +13,14 @@ import pytest
 # measured on the H200); it is read when MLX first runs a matmul, so it is set
 # before any test does. No effect on the CPU.
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """Fresh random inputs every run; the seed is printed, so pytest shows it on failure."""
+    seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    print(f"random seed {seed}")
+    return np.random.default_rng(seed)
 
 
 @pytest.fixture

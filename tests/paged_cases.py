@@ -1,5 +1,5 @@
-"""Random paged-attention inputs for the kernel and decode-path tests: fresh
-values every run (the seed is printed, so pytest shows it on failure)."""
+"""Random paged-attention inputs for the kernel and decode-path tests, drawn
+from the `rng` fixture (conftest.py): fresh values every run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
-import pytest
 
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.kernels import PagedCsrView
@@ -48,13 +47,6 @@ def kernel_atol(pool_dtype) -> float:
     if kernels.backend_name() == "portable":
         return ATOL
     return FUSED_ATOL.get(pool_dtype, ATOL)
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % (1 << 63))
-    print(f"random seed {seed}")
-    return np.random.default_rng(seed)
 
 
 @dataclass

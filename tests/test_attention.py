@@ -13,14 +13,14 @@ from mlxcel import kernels
 from mlxcel.engine import attention, cascade, decode_plan
 from mlxcel.engine.attention import (ComposedCascade, paged_prefill_attention, prepare_cascade_launch,
                                      prepare_flat_launch, stack_member_heads, unstack_member_heads)
-from mlxcel.engine.cascade import CascadePlan, SharedSpan, plan_cascade
+from mlxcel.engine.cascade import CascadePlan, SharedSpan
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.engine.decode_plan import DecodePlanner, paged_decode_attention
 from mlxcel.kernels import AttentionShape, CsrBuilder
 from mlxcel.kernels.csr import grew_from, host_csr
 from mlxcel.kernels.reference import reference_decode, reference_prefill
-from paged_cases import (ATOL, FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,  # noqa: F401
-                         mixed_batch, rng)  # rng is a fixture
+from paged_cases import (ATOL, FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, kernel_atol, make_case,
+                         mixed_batch)
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
 OFF = CascadeConfig(enabled=False)

@@ -3,9 +3,6 @@ and a brute-force check over random page tables."""
 
 from __future__ import annotations
 
-from itertools import combinations
-
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +10,7 @@ from mlxcel.engine.cascade import CascadePlan, SharedSpan, explain_cascade, plan
 from mlxcel.engine.config import CascadeConfig
 from mlxcel.kernels import PagedCsrView
 from mlxcel.kernels.csr import host_csr
-from paged_cases import rng, tree_tables  # noqa: F401  (rng is a fixture)
+from paged_cases import tree_tables
 
 BS = 16
 

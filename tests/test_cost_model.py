@@ -21,7 +21,7 @@ from mlxcel.engine.cost_model import CostModel
 from mlxcel.engine.decode_plan import DecodePlan
 from mlxcel.kernels import AttentionShape
 from mlxcel.kernels.reference import reference_decode
-from paged_cases import ATOL, forest_batch, rng  # noqa: F401  (rng is a fixture)
+from paged_cases import ATOL, forest_batch
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2).snapshot()
 # 1 GB/s and no other cost: any span saving a page read pays.

@@ -41,8 +41,8 @@ from mlxcel.engine.decode_plan import paged_decode_attention
 from mlxcel.kernels import AttentionShape, PagedCsrView, cuda, fused
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.reference import reference_decode, reference_merge, reference_partial
-from paged_cases import (FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, make_case, mixed_batch,  # noqa: F401
-                         random_pools, random_query, rng)
+from paged_cases import (FORESTS, OutcomeRecorder, forest_batch, fresh_blocks, make_case, mixed_batch,
+                         random_pools, random_query)
 
 pytestmark = pytest.mark.skipif(not mx.cuda.is_available(),
                                 reason="the fused CUDA kernels need a CUDA device (CI has none; "

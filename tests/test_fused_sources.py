@@ -25,7 +25,7 @@ from mlxcel.kernels import AttentionShape, PagedCsrView, cuda, fused, metal, por
 from mlxcel.kernels.csr import host_csr
 from mlxcel.kernels.kv_quant import INT4, INT8, QuantizedPages
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_merge, softmax_state
-from paged_cases import FORESTS, forest_batch, mixed_batch, rng  # noqa: F401  (rng is a fixture)
+from paged_cases import FORESTS, forest_batch, mixed_batch
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc not installed: the CUDA sources cannot be compiled here")
 

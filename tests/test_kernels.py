@@ -13,7 +13,7 @@ from mlxcel.kernels import PagedCsrView, merge_states, paged_attention_partial, 
 from mlxcel.kernels import csr as csr_module
 from mlxcel.kernels.csr import HostCsr, host_csr
 from mlxcel.kernels.reference import reference_merge, reference_partial
-from paged_cases import ATOL, fresh_blocks, kernel_atol, make_case, mixed_batch, rng  # noqa: F401  (rng is a fixture)
+from paged_cases import ATOL, fresh_blocks, kernel_atol, make_case, mixed_batch
 
 
 def assert_matches_reference(case, o, lse, atol=ATOL):

@@ -23,7 +23,7 @@ from mlxcel.engine.sampler import Sampled
 from mlxcel.engine.sequence import SamplingParams
 from mlxcel.kernels.kv_quant import FORMATS, INT4, INT8, PageGather, QuantizedPages, dequantize, gather_heads, quantize
 from mlxcel.kernels.reference import as_float64, reference_decode, reference_prefill
-from paged_cases import kernel_atol, make_case, mixed_batch, random_query, rng  # noqa: F401  (rng: a fixture)
+from paged_cases import kernel_atol, make_case, mixed_batch, random_query
 
 ON = CascadeConfig(enabled=True, min_shared_pages=2, min_members=2)
 OFF = CascadeConfig(enabled=False)
