@@ -1,5 +1,6 @@
-# Run 124 (made, not yet run): main after run 123's change to int8's stacked level (its conversion's stores on
-# distinct banks; on an H100 the cascade step 1.03-1.06x at 32K), read on an H200, the card whose
+# Run 124 (`tests` read on an H100 on 2026-12-08, out-h100/: 82 passed; the H200 modes not yet run): main after
+# run 123's change to int8's stacked level (its conversion's stores on distinct banks; on an H100 the cascade step
+# 1.03-1.06x at 32K), read on an H200, the card whose
 # cascade int8 step at 32 x 32K missed cascade bf16's (run 121: 0.93x, 0.89x tok/s). Device calls: carry .whl-b
 # .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call, on one warm machine, in this order (the
 # most needed first). An H100 gives nothing new for the timings (run 123 read it): pass kind nvidia-h200; on an H100
