@@ -3,8 +3,8 @@
 # 1.03-1.06x at 32K), read on an H200, the card whose
 # cascade int8 step at 32 x 32K missed cascade bf16's (run 121: 0.93x, 0.89x tok/s). Device calls: carry .whl-b
 # .whl-lm after a call that copied .whl-a into /tmp/w; each mode one call, on one warm machine, in this order (the
-# most needed first). An H100 gives nothing new for the timings (run 123 read it): pass kind nvidia-h200; on an H100
-# run `tests` alone.
+# most needed first). An H100 gives nothing new (run 123 read the timings, this run's `tests` the GPU tests): pass
+# kind nvidia-h200 and stop on an H100.
 #   run.sh kv        issue 26's end-to-end cell (run 102's `kv` mode: 32 x 32K, bf16 and int8 pages; ~330 s) -> kv/
 #   run.sh profile   run 122's step profile (both arms, both page formats, kernels by name and GPU ms a step; ~400 s):
 #                    where the H200's int8 cascade step spends its extra time -> profile/
